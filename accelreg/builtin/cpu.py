@@ -1,0 +1,47 @@
+"""Built-in backend: the host CPU. Always available, always last."""
+
+from __future__ import annotations
+
+import os
+
+from ..hookspecs import hookimpl
+from ..types import Availability, BackendSpec, MemoryInfo
+
+
+def _device(index: int):
+    import torch
+
+    return torch.device("cpu")
+
+
+def _memory(index: int) -> MemoryInfo | None:
+    """Host memory: MemAvailable from /proc/meminfo where present, else sysconf."""
+    total = free = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            fields = dict(line.split(":", 1) for line in fh if ":" in line)
+        total = int(fields["MemTotal"].split()[0]) * 1024
+        free = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        try:
+            page = os.sysconf("SC_PAGE_SIZE")
+            total = os.sysconf("SC_PHYS_PAGES") * page
+            free = os.sysconf("SC_AVPHYS_PAGES") * page
+        except (OSError, ValueError, AttributeError):
+            return None
+    return MemoryInfo(free=free, total=total)
+
+
+@hookimpl
+def accelreg_backends():
+    yield BackendSpec(
+        name="cpu",
+        priority=0,
+        is_available=lambda: Availability.yes("always available"),
+        device_count=lambda: 1,
+        current_index=lambda: 0,
+        device=_device,
+        memory_info=_memory,
+        indexed=False,
+        description="host CPU",
+    )

@@ -1,0 +1,36 @@
+"""Built-in backend: NVIDIA CUDA (and AMD ROCm, which torch exposes as ``torch.cuda``)."""
+
+from __future__ import annotations
+
+import os
+
+from ..hookspecs import hookimpl
+from ..visible import parse_cuda_visible_devices
+from ._torchmod import torch_module_backend
+
+VAR = "CUDA_VISIBLE_DEVICES"
+
+
+def _not_compiled(module) -> str | None:
+    import torch
+
+    if getattr(torch.version, "cuda", None) is None and getattr(torch.version, "hip", None) is None:
+        return f"torch {torch.__version__} was built without CUDA"
+    if not module.is_available():
+        mask = os.environ.get(VAR)
+        suffix = f" ({VAR}={mask!r})" if mask is not None else ""
+        return f"torch.cuda reports no devices{suffix}"
+    return None
+
+
+@hookimpl
+def accelreg_backends():
+    yield torch_module_backend(
+        "cuda",
+        priority=100,
+        package=None,
+        visible_devices_var=VAR,
+        parse_visible=parse_cuda_visible_devices,
+        not_compiled=_not_compiled,
+        description="NVIDIA CUDA / AMD ROCm (torch.cuda)",
+    )

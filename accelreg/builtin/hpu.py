@@ -1,0 +1,28 @@
+"""Built-in backend: Intel Gaudi HPU (habana_frameworks.torch).
+
+HPU devices are addressed without an index: each process sees its module(s) as ``"hpu"``.
+"""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+from ._torchmod import torch_module_backend
+
+
+def _device(index: int):
+    import torch
+
+    return torch.device("hpu")
+
+
+@hookimpl
+def accelreg_backends():
+    yield torch_module_backend(
+        "hpu",
+        priority=40,
+        package="habana_frameworks.torch",
+        visible_devices_var="HABANA_VISIBLE_MODULES",
+        device=_device,
+        indexed=False,
+        description="Intel Gaudi HPU (habana_frameworks.torch)",
+    )

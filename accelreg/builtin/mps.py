@@ -1,0 +1,37 @@
+"""Built-in backend: Apple Metal (``torch.mps``), a single device without a mask variable."""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+from ..types import Availability, BackendSpec, MemoryInfo
+
+
+def _available() -> Availability:
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    if mps is None or not mps.is_built():
+        return Availability.no(f"torch {torch.__version__} was built without MPS")
+    if not mps.is_available():
+        return Availability.no("torch.backends.mps reports no device")
+    return Availability.yes("1 device via torch.mps")
+
+
+def _memory(index: int) -> MemoryInfo | None:
+    import torch
+
+    total = int(torch.mps.recommended_max_memory())
+    return MemoryInfo(free=max(total - int(torch.mps.driver_allocated_memory()), 0), total=total)
+
+
+@hookimpl
+def accelreg_backends():
+    yield BackendSpec(
+        name="mps",
+        priority=30,
+        is_available=_available,
+        device_count=lambda: 1,
+        current_index=lambda: 0,
+        memory_info=_memory,
+        description="Apple Metal (torch.mps)",
+    )

@@ -1,0 +1,17 @@
+"""Built-in backend: Moore Threads MUSA (torch_musa)."""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+from ._torchmod import torch_module_backend
+
+
+@hookimpl
+def accelreg_backends():
+    yield torch_module_backend(
+        "musa",
+        priority=60,
+        package="torch_musa",
+        visible_devices_var="MUSA_VISIBLE_DEVICES",
+        description="Moore Threads MUSA (torch_musa)",
+    )

@@ -1,0 +1,17 @@
+"""Built-in backend: Huawei Ascend NPU (torch_npu)."""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+from ._torchmod import torch_module_backend
+
+
+@hookimpl
+def accelreg_backends():
+    yield torch_module_backend(
+        "npu",
+        priority=80,
+        package="torch_npu",
+        visible_devices_var="ASCEND_RT_VISIBLE_DEVICES",
+        description="Huawei Ascend NPU (torch_npu)",
+    )

@@ -1,0 +1,17 @@
+"""Built-in backend: Tecorigin SDAA (torch_sdaa)."""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+from ._torchmod import torch_module_backend
+
+
+@hookimpl
+def accelreg_backends():
+    yield torch_module_backend(
+        "sdaa",
+        priority=50,
+        package="torch_sdaa",
+        visible_devices_var="SDAA_VISIBLE_DEVICES",
+        description="Tecorigin SDAA (torch_sdaa)",
+    )

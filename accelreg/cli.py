@@ -1,0 +1,302 @@
+"""The ``accelreg`` command: ``env``, ``config``, ``resolve``, ``plan``.
+
+Exit codes (stable, for scripts):
+
+* 0 — success
+* 1 — the request failed: ``resolve`` found no such device, ``plan`` found no fit
+* 2 — usage error (bad arguments)
+* 3 — configuration or plugin error (a malformed setting; any failure in strict mode)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import AccelregError, ConfigError, DeviceError, DeviceMapError, PluginError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 3
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
+    return "\n".join(lines)
+
+
+# -- env ----------------------------------------------------------------------------------
+def env_report() -> dict[str, Any]:
+    """Everything ``accelreg env`` shows, as plain data."""
+    from . import registry
+    from .resolution import resolve_in
+
+    snap = registry.get()
+    backends = []
+    for b in snap.order:
+        info = b.info()
+        probed = b.probe()
+        var = info.visible_devices_var
+        backends.append(
+            {
+                "name": info.name,
+                "position": info.position,
+                "provider": info.provider,
+                "provider_version": info.provider_version,
+                "builtin": info.builtin,
+                "replaces": info.replaces,
+                "plugin": info.plugin,
+                "priority": info.priority,
+                "available": info.available,
+                "reason": info.reason,
+                "device_count": info.device_count,
+                "devices": list(info.devices()),
+                "visible_devices_var": var,
+                "visible_devices_value": snap.environ.get(var) if var else None,
+                "visible_devices": list(info.visible_devices) if info.visible_devices is not None else None,
+                "visible_devices_error": probed.visible_error,
+            }
+        )
+    pick: dict[str, Any]
+    try:
+        device = resolve_in(snap, None)
+        pick = {"device": str(device), "why": _why(snap, str(device))}
+    except AccelregError as exc:
+        pick = {"device": None, "error": str(exc)}
+    s = snap.settings
+    return {
+        "backends": backends,
+        "priority": [b.name for b in snap.order],
+        "priority_source": s.sources.get("priority", "default"),
+        "resolve": pick,
+        "failures": [f.__dict__ for f in snap.failures],
+        "skipped": [{"plugin": p, "distribution": d, "why": w} for p, d, w in snap.skipped],
+        "warnings": list(snap.warnings),
+        "integrations": _integrations(),
+    }
+
+
+def _why(snap: Any, device: str) -> str:
+    current = snap.current()
+    if current.name == "cpu":
+        return "no accelerator is available, so the cpu"
+    order = "configured priority" if snap.settings.priority else "default plugin priorities"
+    why = f"{current.name} is the first available backend by {order}"
+    if snap.local_rank is not None and current.spec.indexed:
+        var, value = snap.local_rank
+        why += f"; index from {var}={value}"
+    elif current.spec.indexed:
+        why += "; index is the runtime's current device"
+    return why
+
+
+def _integrations() -> list[dict[str, Any]]:
+    try:
+        from .integrations import status
+    except ImportError:
+        return []
+    return status()
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    report = env_report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    rows = []
+    for b in report["backends"]:
+        provider = f"{b['provider']} {b['provider_version']}".strip()
+        if b["replaces"]:
+            provider += f" (replaces {b['replaces']})"
+        visible = "-"
+        if b["visible_devices_var"]:
+            value = b["visible_devices_value"]
+            if value is None:
+                visible = f"{b['visible_devices_var']} unset"
+            elif b["visible_devices_error"]:
+                visible = f"{b['visible_devices_var']}={value!r}: invalid"
+            else:
+                mapping = ", ".join(f"{i}->{p}" for i, p in enumerate(b["visible_devices"]))
+                visible = f"{b['visible_devices_var']}={value!r} [{mapping}]"
+        rows.append(
+            [
+                str(b["position"]),
+                b["name"],
+                "yes" if b["available"] else "no",
+                str(b["device_count"]),
+                provider,
+                visible,
+                b["reason"],
+            ]
+        )
+    print(_table(rows, ["#", "backend", "available", "devices", "provider", "visible devices", "why"]))
+    print()
+    print(f"priority: {', '.join(report['priority'])}  (from {report['priority_source']})")
+    pick = report["resolve"]
+    if pick.get("device"):
+        print(f"resolve(): {pick['device']}  ({pick['why']})")
+    else:
+        print(f"resolve(): error: {pick['error']}")
+    for b in report["backends"]:
+        if b["visible_devices_error"]:
+            print(f"visible devices of {b['name']}: {b['visible_devices_error']}")
+    if report["integrations"]:
+        print("\nintegrations:")
+        for item in report["integrations"]:
+            state = "enabled" if item["enabled"] else "not enabled"
+            version = item.get("version") or "not installed"
+            print(f"  {item['name']}: {state} ({item['library']} {version}; {item.get('note', '')})".rstrip())
+    if report["skipped"]:
+        print("\nskipped plugins:")
+        for item in report["skipped"]:
+            print(f"  {item['plugin']} ({item['distribution'] or 'unknown distribution'}): {item['why']}")
+    if report["failures"]:
+        print("\nplugin failures:")
+        for f in report["failures"]:
+            dist = f"{f['distribution']} {f['version']}".strip() or "unknown distribution"
+            print(f"  {f['plugin']} ({dist}): {f['stage']}: {f['error']}")
+    if report["warnings"]:
+        print("\nwarnings:")
+        for w in report["warnings"]:
+            print(f"  {w}")
+    return EXIT_OK
+
+
+# -- config -------------------------------------------------------------------------------
+def _cmd_config(args: argparse.Namespace) -> int:
+    from . import registry
+    from .config import KEYS
+
+    settings = registry.get().settings
+    data = {
+        "values": {
+            key: {"value": _plain(getattr(settings, key)), "source": settings.sources.get(key, "default")}
+            for key in KEYS
+        },
+        "files": list(settings.files),
+        "errors": list(settings.errors),
+        "warnings": list(settings.warnings),
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        rows = [
+            [key, _show(item["value"]), item["source"], KEYS[key].env] for key, item in data["values"].items()
+        ]
+        print(_table(rows, ["setting", "value", "from", "variable"]))
+        if data["files"]:
+            print("\nfiles read: " + ", ".join(data["files"]))
+        for problem in data["errors"]:
+            print(f"error (file skipped): {problem}")
+        for problem in data["warnings"]:
+            print(f"warning: {problem}")
+    return EXIT_CONFIG if data["errors"] else EXIT_OK
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "(all)"
+    if isinstance(value, list):
+        return ", ".join(value) if value else "(none)"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) if value else "(none)"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# -- resolve ------------------------------------------------------------------------------
+def _spec(text: str) -> Any:
+    if text.isdecimal() and text.isascii():
+        return int(text)
+    if text.startswith("-") and text[1:].isdecimal():
+        return int(text)
+    return text
+
+
+def _cmd_resolve(args: argparse.Namespace) -> int:
+    from .resolution import resolve
+
+    spec = _spec(args.spec) if args.spec is not None else None
+    try:
+        device = resolve(spec, backend=args.backend)
+    except (DeviceError, TypeError) as exc:
+        if args.json:
+            print(
+                json.dumps({"spec": args.spec, "device": None, "error": str(exc), "type": type(exc).__name__})
+            )
+        else:
+            print(f"accelreg: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps({"spec": args.spec, "device": str(device)}))
+    else:
+        print(device)
+    return EXIT_OK
+
+
+# -- parser -------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="accelreg",
+        description="One registry for PyTorch accelerator backends.",
+        epilog="Exit codes: 0 ok, 1 request failed, 2 usage error, 3 configuration or plugin error.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("env", help="show every backend, why it is (un)available, and what resolve() picks")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_env)
+
+    p = sub.add_parser("config", help="show each effective setting and where it came from")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_config)
+
+    p = sub.add_parser("resolve", help="resolve a device spec (auto, 0, npu, npu:1, cpu, ...)")
+    p.add_argument("spec", nargs="?", default=None, help="device spec; default: auto")
+    p.add_argument("--backend", help="resolve on this backend instead of the current one")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_resolve)
+
+    try:
+        from .plan_cli import add_plan_parser
+    except ImportError:
+        pass
+    else:
+        add_plan_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"accelreg: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except PluginError as exc:
+        print(f"accelreg: plugin error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except DeviceMapError as exc:
+        print(f"accelreg: {exc}", file=sys.stderr)
+        for line in exc.violations:
+            print(f"  - {line}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""Settings sources and their precedence.
+
+For every key the first source that sets it wins, and its whole value is used:
+
+1. explicit arguments (:func:`accelreg.configure`)
+2. environment variables (``ACCELREG_PRIORITY=npu,cuda``, ...)
+3. the nearest ``accelreg.toml``, else ``pyproject.toml`` ``[tool.accelreg]``, walking up
+   from the working directory (in one directory ``accelreg.toml`` beats ``pyproject.toml``)
+4. ``$ACCELREG_CONFIG``, else ``$XDG_CONFIG_HOME/accelreg/config.toml``
+5. defaults (plugin priorities; ``cpu`` always last)
+
+Configuration files are data: they are parsed as TOML and nothing in them is imported or
+executed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = ["KEYS", "Settings", "check_explicit", "load_settings", "parse_bool", "parse_names"]
+
+#: Largest configuration file accelreg reads. Anything bigger is refused, not parsed.
+MAX_FILE_BYTES = 1 << 20
+
+NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_DIST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class _Key(NamedTuple):
+    env: str
+    kind: str  # "names" | "bool" | "providers" | "timeout"
+    default: Any
+    doc: str
+
+
+#: Every configuration key, its environment variable, kind, default and meaning.
+KEYS: dict[str, _Key] = {
+    "priority": _Key("ACCELREG_PRIORITY", "names", (), "backend order; unlisted backends follow by priority"),
+    "disable": _Key("ACCELREG_DISABLE", "names", (), "backends never to use"),
+    "plugins": _Key("ACCELREG_PLUGINS", "names", None, "allowlist of external plugins to load (None: all)"),
+    "disable_plugin_autoload": _Key(
+        "ACCELREG_DISABLE_PLUGIN_AUTOLOAD", "bool", False, "load no external plugin at all"
+    ),
+    "strict": _Key("ACCELREG_STRICT", "bool", False, "turn plugin failures and warnings into errors"),
+    "providers": _Key(
+        "ACCELREG_PROVIDERS", "providers", {}, "which distribution provides a contested backend"
+    ),
+    "probe_timeout": _Key(
+        "ACCELREG_PROBE_TIMEOUT", "timeout", 10.0, "seconds a probe may take before it is cut off"
+    ),
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class Settings(NamedTuple):
+    """Effective configuration: a value per key plus the source it came from.
+
+    Attributes:
+        priority: Backend names tried first, in order.
+        disable: Backend (or plugin) names never used.
+        plugins: Allowlist of external plugin names, or ``None`` for all.
+        disable_plugin_autoload: Whether external entry points are skipped entirely.
+        strict: Whether failures and warnings raise.
+        providers: Backend name -> distribution chosen where several provide it.
+        probe_timeout: Seconds a probe may run.
+        sources: Key -> where its value came from (``"argument"``, ``"env ACCELREG_PRIORITY"``,
+            a file path, or ``"default"``).
+        files: The configuration files that were read.
+        warnings: Problems that are not errors outside strict mode (unknown keys).
+        errors: Configuration files that could not be used (unreadable, malformed, too big,
+            bad values), each with its problem. Outside strict mode such a file is skipped
+            and reported; in strict mode :func:`load_settings` raises instead.
+    """
+
+    priority: tuple[str, ...] = ()
+    disable: tuple[str, ...] = ()
+    plugins: tuple[str, ...] | None = None
+    disable_plugin_autoload: bool = False
+    strict: bool = False
+    providers: Mapping[str, str] = MappingProxyType({})
+    probe_timeout: float = 10.0
+    sources: Mapping[str, str] = MappingProxyType({})
+    files: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+def parse_bool(text: str, where: str) -> bool:
+    """Parse an environment-style boolean (``1/true/yes/on``, ``0/false/no/off``)."""
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ConfigError(f"{where}: expected a boolean (1/0, true/false, yes/no, on/off), got {text!r}")
+
+
+def parse_names(text: str, where: str) -> tuple[str, ...]:
+    """Parse a comma-separated list of backend or plugin names (``"npu, cuda"``)."""
+    items = [item.strip() for item in text.split(",")]
+    if items == [""]:
+        return ()
+    return _check_names(items, where)
+
+
+def _check_names(items: Any, where: str) -> tuple[str, ...]:
+    if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)):
+        raise ConfigError(f"{where}: expected a list of names, got {type(items).__name__}")
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"{where}: names must be strings, got {item!r}")
+        if not NAME_RE.fullmatch(item):
+            raise ConfigError(
+                f"{where}: {item!r} is not a valid name (lower case letters, digits and "
+                "underscores, starting with a letter)"
+            )
+        if item in out:
+            raise ConfigError(f"{where}: {item!r} is listed twice")
+        out.append(item)
+    return tuple(out)
+
+
+def _check_providers(value: Any, where: str) -> dict[str, str]:
+    if isinstance(value, str):
+        pairs: dict[str, str] = {}
+        for item in (p.strip() for p in value.split(",")):
+            if not item:
+                continue
+            name, sep, dist = item.partition("=")
+            if not sep:
+                raise ConfigError(f"{where}: expected name=distribution, got {item!r}")
+            pairs[name.strip()] = dist.strip()
+        value = pairs
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a table of backend = distribution")
+    out: dict[str, str] = {}
+    for name, dist in value.items():
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+            raise ConfigError(f"{where}: {name!r} is not a valid backend name")
+        if not isinstance(dist, str) or not _DIST_RE.fullmatch(dist):
+            raise ConfigError(f"{where}: {dist!r} is not a valid distribution name")
+        out[name] = dist
+    return out
+
+
+def _check_timeout(value: Any, where: str) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{where}: expected a number of seconds, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: expected a number of seconds, got {value!r}")
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise ConfigError(f"{where}: probe_timeout must be in (0, 3600] seconds, got {value!r}")
+    return float(value)
+
+
+def _coerce(key: str, value: Any, where: str) -> Any:
+    """Validate one value from a file or an argument (already typed, unlike env text)."""
+    kind = KEYS[key].kind
+    if kind == "names":
+        if key == "plugins" and value is None:
+            return None
+        names = _check_names(value, where)
+        _check_cpu(key, names, where)
+        return names
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if kind == "providers":
+        return _check_providers(value, where)
+    return _check_timeout(value, where)
+
+
+def _from_env(key: str, text: str, where: str) -> Any:
+    kind = KEYS[key].kind
+    if kind == "names":
+        names = parse_names(text, where)
+        _check_cpu(key, names, where)
+        return names
+    if kind == "bool":
+        return parse_bool(text, where)
+    if kind == "providers":
+        return _check_providers(text, where)
+    return _check_timeout(text, where)
+
+
+def _check_cpu(key: str, names: tuple[str, ...], where: str) -> None:
+    if key == "priority" and "cpu" in names[:-1]:
+        raise ConfigError(
+            f"{where}: cpu is always tried last; to run on the CPU, disable the accelerators "
+            "or ask for resolve('cpu')"
+        )
+    if key == "disable" and "cpu" in names:
+        raise ConfigError(f"{where}: the cpu backend cannot be disabled")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES} bytes; refusing to parse it")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+
+
+def _table(path: Path, *, pyproject: bool) -> dict[str, Any] | None:
+    data = _read_toml(path)
+    if not pyproject:
+        return data
+    tool = data.get("tool")
+    if not isinstance(tool, dict) or "accelreg" not in tool:
+        return None
+    table = tool["accelreg"]
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.accelreg] must be a table")
+    return table
+
+
+def find_project_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The nearest ``accelreg.toml`` or ``pyproject.toml`` with ``[tool.accelreg]``."""
+    for folder in (start, *start.parents):
+        for name, is_pyproject in (("accelreg.toml", False), ("pyproject.toml", True)):
+            candidate = folder / name
+            try:
+                if not candidate.is_file():
+                    continue
+            except OSError:
+                continue
+            table = _table(candidate, pyproject=is_pyproject)
+            if table is not None:
+                return candidate, table
+    return None
+
+
+def user_file(environ: Mapping[str, str]) -> Path | None:
+    """``$ACCELREG_CONFIG`` (must exist), else ``$XDG_CONFIG_HOME/accelreg/config.toml``."""
+    explicit = environ.get("ACCELREG_CONFIG")
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"ACCELREG_CONFIG={explicit}: no such file")
+        return path
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    path = Path(base) / "accelreg" / "config.toml"
+    try:
+        return path if path.is_file() else None
+    except OSError:
+        return None
+
+
+def load_settings(
+    explicit: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Settings:
+    """Merge every source into one :class:`Settings`, or raise :class:`ConfigError`."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = check_explicit(explicit or {})
+    sources: dict[str, str] = dict.fromkeys(values, "argument")
+    warnings: list[str] = []
+
+    for key, spec in KEYS.items():
+        if key in values:
+            continue
+        text = environ.get(spec.env)
+        # An empty list variable means "unset", as in shells that export VAR= to clear it.
+        if text is None or (text.strip() == "" and spec.kind in ("names", "providers")):
+            continue
+        values[key] = _from_env(key, text, spec.env)
+        sources[key] = f"env {spec.env}"
+
+    files: list[str] = []
+    errors: list[str] = []
+    layers: list[tuple[Path, dict[str, Any]]] = []
+    for finder in (
+        lambda: find_project_file(Path.cwd() if cwd is None else cwd),
+        lambda: _user_layer(environ),
+    ):
+        try:
+            found = finder()
+        except ConfigError as exc:
+            errors.append(str(exc))
+            continue
+        if found is not None:
+            layers.append(found)
+    for path, table in layers:
+        try:
+            file_values = _file_values(path, table, warnings)
+        except ConfigError as exc:
+            errors.append(str(exc))
+            continue
+        files.append(str(path))
+        for key, value in file_values.items():
+            if key not in values:
+                values[key] = value
+                sources[key] = str(path)
+
+    for key, spec in KEYS.items():
+        if key not in values:
+            values[key] = spec.default
+            sources[key] = "default"
+    if errors and values["strict"]:
+        raise ConfigError(errors[0])
+    return Settings(
+        **values, sources=sources, files=tuple(files), warnings=tuple(warnings), errors=tuple(errors)
+    )
+
+
+def check_explicit(explicit: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate settings given as arguments (:func:`accelreg.configure`)."""
+    values: dict[str, Any] = {}
+    for key, value in explicit.items():
+        if key not in KEYS:
+            raise ConfigError(f"configure(): unknown setting {key!r}; known: {', '.join(KEYS)}")
+        values[key] = _coerce(key, value, f"configure({key}=...)")
+    return values
+
+
+def _user_layer(environ: Mapping[str, str]) -> tuple[Path, dict[str, Any]] | None:
+    path = user_file(environ)
+    return None if path is None else (path, _table(path, pyproject=False))
+
+
+def _file_values(path: Path, table: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """Validate a whole file first, so a file with one bad value contributes nothing."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in KEYS:
+            warnings.append(f"{path}: unknown setting {key!r} (known: {', '.join(KEYS)})")
+            continue
+        out[key] = _coerce(key, value, f"{path}: {key}")
+    return out

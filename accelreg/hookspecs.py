@@ -1,0 +1,126 @@
+"""The vendor contract: the hooks a backend plugin implements.
+
+A plugin is any module or object with functions decorated by :data:`accelreg.hookimpl`. It
+reaches accelreg through the ``accelreg`` entry-point group (the entry-point name is the
+backend name) or through :func:`accelreg.register`. Hooks only ever exchange the frozen
+records of :mod:`accelreg.types`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pluggy
+
+from .types import BackendSpec, PlacementRule
+
+PROJECT = "accelreg"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def accelreg_backends() -> Iterable[BackendSpec]:
+    """Declare the backends this plugin provides.
+
+    Called once per registry build. Return (or yield) :class:`~accelreg.types.BackendSpec`
+    records. Do no device work here: put it in the spec's probes, which accelreg calls lazily,
+    caches, and contains (a probe that raises makes the backend unavailable "because
+    probe raised: ..."; it never breaks other backends).
+
+    A spec whose name a built-in also uses replaces the built-in. Two external plugins for one
+    name are a conflict unless configuration picks one (``providers = {name = "dist"}``).
+
+    Returns:
+        An iterable of ``BackendSpec``.
+
+    Example plugin (``acme_accel/accelreg_plugin.py``, registered in ``pyproject.toml`` as
+    ``[project.entry-points.accelreg] acme = "acme_accel.accelreg_plugin"``)::
+
+        from __future__ import annotations
+
+        import importlib.util
+
+        import accelreg
+        from accelreg.types import Availability, BackendSpec, MemoryInfo
+
+
+        def _available() -> Availability:
+            if importlib.util.find_spec("torch_acme") is None:
+                return Availability.no("torch_acme is not installed")
+            import torch_acme
+
+            n = torch_acme.device_count()
+            if n == 0:
+                return Availability.no("torch_acme reports no devices")
+            return Availability.yes(f"{n} device(s)")
+
+
+        def _count() -> int:
+            import torch_acme
+
+            return torch_acme.device_count()
+
+
+        def _memory(index: int) -> MemoryInfo:
+            import torch_acme
+
+            free, total = torch_acme.mem_get_info(index)
+            return MemoryInfo(free=free, total=total)
+
+
+        @accelreg.hookimpl
+        def accelreg_backends():
+            yield BackendSpec(
+                name="acme",
+                priority=75,
+                is_available=_available,
+                device_count=_count,
+                visible_devices_var="ACME_VISIBLE_DEVICES",
+                memory_info=_memory,
+                description="Acme accelerator (torch_acme)",
+            )
+    """
+
+
+@hookspec
+def accelreg_placement_rules(backend: str) -> Iterable[PlacementRule]:
+    """Declare where quantized parameters may live on ``backend``.
+
+    Called lazily, once per backend per registry build, by every plugin: a quantization
+    library can add rules for backends it does not own, and a backend plugin can override the
+    generic (``backend="*"``) rule with one of its own. When several rules match one
+    ``(backend, quant_method)``, a rule for the exact backend beats a ``"*"`` rule, and a rule
+    from an external plugin beats a built-in one.
+
+    Args:
+        backend: The backend name the rules are asked for (``"npu"``).
+
+    Returns:
+        An iterable of :class:`~accelreg.types.PlacementRule`.
+
+    Example plugin (a quantization library that keeps 8-bit weights on the device)::
+
+        from __future__ import annotations
+
+        import accelreg
+        from accelreg.types import PlacementRule
+
+
+        @accelreg.hookimpl
+        def accelreg_placement_rules(backend: str):
+            if backend == "cpu":
+                return []
+            return [
+                PlacementRule(
+                    backend=backend,
+                    quant_method="acme_int8",
+                    module_classes=("acme_quant.nn.Int8Linear",),
+                    travelling_keys=("weight", "scale"),
+                    offload=frozenset(),        # accelerator only
+                    bits_per_element=8,
+                    bytes_per_row=4,
+                )
+            ]
+    """

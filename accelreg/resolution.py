@@ -1,0 +1,244 @@
+"""``resolve()``: turn a device spec into a ``torch.device`` that exists here, or say why not.
+
+The hot path is one dictionary lookup: answers are cached per registry snapshot, keyed by the
+spec and checked against its exact type (``True == 1`` and ``1.0 == 1`` in Python, but a bool
+or a float is never a device index).
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+
+from .errors import DeviceError
+
+if TYPE_CHECKING:
+    import torch
+
+    from .registry import Backend, Snapshot
+
+__all__ = ["format_device", "qualify", "resolve"]
+
+#: Answers of the current snapshot: ``spec -> (type(spec), device)``. Replaced, never cleared
+#: in place, so a lookup always sees one snapshot's answers.
+_CACHE: dict[Any, tuple[type, Any]] = {}
+_MAX_CACHED = 4096
+_SPEC = re.compile(r"([a-z][a-z0-9_]*)(?::([0-9]{1,9}))?")
+_MAP_ONLY = frozenset({"disk"})
+
+
+def resolve(spec: Any = None, *, backend: str | None = None) -> torch.device:
+    """The ``torch.device`` that ``spec`` means in this process.
+
+    Args:
+        spec: ``None`` or ``"auto"`` (the current backend's device for this process: index
+            ``LOCAL_RANK`` when a launcher set it, else the runtime's current index; ``cpu``
+            without an accelerator); an ``int`` index on the current backend; a string such as
+            ``"npu"``, ``"npu:1"``, ``"cpu"``, ``"meta"``; or a ``torch.device``.
+        backend: Resolve on this backend instead of the current one.
+
+    Raises:
+        DeviceError: the spec names no device that exists and is available here (the message
+            names what is available).
+        TypeError: the spec has the wrong type (``bool``, ``float``, ...).
+    """
+    if backend is None:
+        try:
+            hit = _CACHE[spec]
+        except (KeyError, TypeError):
+            pass
+        else:
+            if hit[0] is type(spec):
+                return hit[1]
+    return _resolve_slow(spec, backend)
+
+
+def _resolve_slow(spec: Any, backend: str | None) -> torch.device:
+    from . import registry
+
+    snap = registry.get()
+    device = resolve_in(snap, spec, backend)
+    if backend is None and _cacheable(spec) and len(snap.cache) < _MAX_CACHED:
+        snap.cache[spec] = (type(spec), device)
+        with registry._lock:
+            if registry._snapshot is snap:
+                global _CACHE
+                _CACHE = snap.cache
+    return device
+
+
+def _drop_cache() -> None:
+    global _CACHE
+    _CACHE = {}
+
+
+def _cacheable(spec: Any) -> bool:
+    kind = type(spec)
+    return kind in (type(None), str, int) or kind is sys.modules["torch"].device
+
+
+def resolve_in(snap: Snapshot, spec: Any, backend: str | None = None) -> torch.device:
+    """Resolve ``spec`` against one snapshot (uncached)."""
+    import torch
+
+    forced = None
+    if backend is not None:
+        if not isinstance(backend, str):
+            raise TypeError(f"backend must be a backend name (str), got {type(backend).__name__}")
+        forced = _usable(snap, snap.backend(backend))
+    if spec is None:
+        return _auto(snap, forced)
+    if isinstance(spec, bool):
+        raise TypeError(f"{spec!r} is a bool, not a device index; pass an int such as 0")
+    if isinstance(spec, numbers.Integral):
+        return _index(snap, forced, int(spec))
+    if isinstance(spec, str):
+        return _string(snap, forced, spec)
+    if isinstance(spec, torch.device):
+        return _named(snap, forced, spec.type, spec.index, str(spec))
+    raise TypeError(
+        f"cannot resolve {type(spec).__name__} {_short(spec)}: expected None, 'auto', an int "
+        "index, a device string such as 'cpu' or 'npu:0', or a torch.device"
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _usable(snap: Snapshot, b: Backend) -> Backend:
+    if b.name in snap.conflicts:
+        raise DeviceError(snap.conflicts[b.name])
+    if not b.available:
+        raise DeviceError(
+            f"{b.name} is not available ({b.probe().availability.reason}); available: {snap.available_summary()}"
+        )
+    return b
+
+
+def _current_accelerator(snap: Snapshot, what: str) -> Backend:
+    b = snap.current()
+    if b.name == "cpu":
+        raise DeviceError(
+            f"no accelerator is available for {what}; available: cpu "
+            "(`accelreg env` shows why each backend is unavailable)"
+        )
+    return b
+
+
+def _auto(snap: Snapshot, b: Backend | None) -> torch.device:
+    if b is None:
+        b = snap.current()
+        if b.name == "cpu":
+            import torch
+
+            return torch.device("cpu")
+    if b.name == "cpu":
+        return b.device(0)
+    if not b.spec.indexed:
+        return b.device(0)
+    if snap.local_rank is not None:
+        var, text = snap.local_rank
+        stripped = text.strip()
+        if not re.fullmatch(r"0|[1-9][0-9]{0,8}", stripped):
+            raise DeviceError(f"{var}={text!r} is not a valid local rank (a non-negative integer)")
+        rank = int(stripped)
+        if rank >= b.count:
+            raise DeviceError(
+                f"{var}={rank}, but {b.name} has {_devices(b)} visible to this process; "
+                f"check the launcher's process count and {b.spec.visible_devices_var or 'device mask'}"
+            )
+        return b.device(rank)
+    return _in_range(snap, b, b.current_index())
+
+
+def _devices(b: Backend) -> str:
+    n = b.count
+    names = ", ".join(b.info().devices())
+    return f"{n} device{'s' if n != 1 else ''} ({names})" if n else "no devices"
+
+
+def _in_range(snap: Snapshot, b: Backend, index: int) -> torch.device:
+    if index < 0:
+        raise DeviceError(f"device index {index} is negative; {b.name} has {_devices(b)}")
+    if index >= b.count:
+        raise DeviceError(f'"{b.name}:{index}" is out of range: {b.name} has {_devices(b)}')
+    return b.device(index)
+
+
+def _index(snap: Snapshot, b: Backend | None, index: int) -> torch.device:
+    if b is None:
+        b = _current_accelerator(snap, f"device index {index}")
+    if b.name == "cpu":
+        if index == 0:
+            return b.device(0)
+        raise DeviceError(f"cpu has one device; index {index} does not exist")
+    return _in_range(snap, b, index)
+
+
+def _string(snap: Snapshot, forced: Backend | None, text: str) -> torch.device:
+    m = _SPEC.fullmatch(text)
+    if m is None:
+        raise DeviceError(_malformed(snap, text))
+    name, idx = m.group(1), m.group(2)
+    if name == "auto":
+        if idx is not None:
+            raise DeviceError(f"{text!r}: 'auto' takes no index")
+        return _auto(snap, forced)
+    return _named(snap, forced, name, None if idx is None else int(idx), text)
+
+
+def _malformed(snap: Snapshot, text: str) -> str:
+    hint = ""
+    if text != text.strip():
+        hint = " (it has surrounding whitespace)"
+    elif text.lower() != text and _SPEC.fullmatch(text.lower()):
+        hint = f" (device names are lower case: {text.lower()!r})"
+    elif text == "":
+        return f"an empty string is not a device; available: {snap.available_summary()}"
+    return (
+        f"malformed device string {_short(text)}{hint}: expected 'name' or 'name:index' "
+        f"such as 'cpu' or 'npu:0'; available: {snap.available_summary()}"
+    )
+
+
+def _named(snap: Snapshot, forced: Backend | None, name: str, idx: int | None, text: str) -> torch.device:
+    import torch
+
+    if name in ("cpu", "meta"):
+        if idx not in (None, 0):
+            raise DeviceError(f"{text!r}: {name} has one device ({name!r})")
+        return torch.device(name)
+    if name in _MAP_ONLY:
+        raise DeviceError(f"{name!r} is valid only as a device-map value, not as a device")
+    b = snap.by_name.get(name) or next((x for x in snap.order if x.device_type == name), None)
+    if b is None:
+        raise DeviceError(
+            f"unknown device {text!r}: no backend is called {name!r}; registered: "
+            f"{', '.join(snap.by_name)}; available: {snap.available_summary()}"
+        )
+    if forced is not None and b is not forced:
+        raise DeviceError(f"{text!r} is not a {forced.name} device (resolve(..., backend={forced.name!r}))")
+    b = _usable(snap, b)
+    if idx is None:
+        return _auto(snap, b)
+    if not b.spec.indexed:
+        if idx < b.count:
+            return b.device(idx)
+        raise DeviceError(f'"{text}" is out of range: {b.name} has {_devices(b)}')
+    return _in_range(snap, b, idx)
+
+
+def format_device(device: torch.device) -> str:
+    """``"npu:0"``, ``"cpu"``, ``"hpu"``: the fully qualified string for a resolved device."""
+    return str(device)
+
+
+def qualify(value: Any) -> str:
+    """A device-map value as a fully qualified string (``0`` -> ``"npu:0"``; ``"disk"`` kept)."""
+    if isinstance(value, str) and value in _MAP_ONLY:
+        return value
+    return format_device(resolve(value))

@@ -1,0 +1,242 @@
+"""Frozen records that cross the plugin boundary.
+
+Plugins yield :class:`BackendSpec` and :class:`PlacementRule`; accelreg hands back
+:class:`BackendInfo`, :class:`PluginFailure` and :class:`MemoryInfo`. Nothing else crosses:
+no plugin ever sees accelreg's internals, and accelreg never relies on a plugin's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "Availability",
+    "BackendInfo",
+    "BackendSpec",
+    "MemoryInfo",
+    "PlacementRule",
+    "PluginFailure",
+    "ProbeResult",
+]
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can be used in this process, and why (or why not).
+
+    ``reason`` is shown to users verbatim by ``accelreg env``: make it say what to do,
+    e.g. ``"torch_npu is not installed"`` or ``"torch.xpu reports no devices"``.
+    """
+
+    available: bool
+    reason: str
+
+    @classmethod
+    def yes(cls, reason: str = "available") -> Availability:
+        return cls(True, reason)
+
+    @classmethod
+    def no(cls, reason: str) -> Availability:
+        return cls(False, reason)
+
+
+#: What an availability probe may return: an :class:`Availability`, a bare ``bool``, or a
+#: ``(bool, reason)`` pair. accelreg normalises all three.
+ProbeResult = Union[Availability, bool, "tuple[bool, str]"]
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    """Free and total bytes of one device, as its runtime reports them."""
+
+    free: int
+    total: int
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend, as a plugin declares it.
+
+    Only ``name``, ``priority``, ``is_available`` and ``device_count`` are required. Every
+    callable is a *probe*: accelreg calls it lazily, at most once per registry build (except
+    ``memory_info``, which reports live figures), contains whatever it raises and turns that
+    into "unavailable, because ...". Probes must not import a vendor package that
+    ``importlib.util.find_spec`` says is absent.
+
+    Attributes:
+        name: Backend name, also the entry-point name (``"npu"``). Lower case, ``[a-z0-9_]``.
+        priority: Default priority; the highest available backend is the current one unless
+            configuration says otherwise. Built-ins use 10-100; ``cpu`` is always last.
+        is_available: ``() -> Availability | bool | (bool, str)``.
+        device_count: ``() -> int``, the number of devices this process can address.
+        device_type: The torch device type, when it differs from ``name``.
+        visible_devices_var: The environment variable that masks devices
+            (``"ASCEND_RT_VISIBLE_DEVICES"``), or ``None``.
+        current_index: ``() -> int``, the runtime's current device index (default 0).
+        device: ``(index) -> torch.device``; default ``torch.device(device_type, index)``.
+            A backend that addresses devices without an index (hpu) returns
+            ``torch.device("hpu")`` and sets ``indexed=False``.
+        memory_info: ``(index) -> MemoryInfo | None``, free/total bytes of one device.
+        parse_visible_devices: ``(value) -> tuple[str, ...]``, the physical ids behind each
+            logical index for a value of ``visible_devices_var``; the default parser handles
+            comma-separated ids.
+        indexed: Whether device strings carry an index (``"npu:0"``) or not (``"hpu"``).
+        description: One line for ``accelreg env``.
+    """
+
+    name: str
+    priority: int
+    is_available: Callable[[], ProbeResult]
+    device_count: Callable[[], int]
+    device_type: str | None = None
+    visible_devices_var: str | None = None
+    current_index: Callable[[], int] | None = None
+    device: Callable[[int], torch.device] | None = None
+    memory_info: Callable[[int], MemoryInfo | None] | None = None
+    parse_visible_devices: Callable[[str], Sequence[str]] | None = None
+    indexed: bool = True
+    description: str = ""
+
+    @property
+    def torch_type(self) -> str:
+        """The torch device type this backend's devices carry."""
+        return self.device_type or self.name
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """A registered backend as accelreg sees it after selection (what ``backends()`` returns).
+
+    Attributes:
+        name: Backend name.
+        device_type: torch device type of its devices.
+        priority: Default priority the plugin declared.
+        position: Place in the effective order (0 = tried first).
+        available: Whether it can be used here.
+        reason: Why (not), in words.
+        device_count: Devices this process can address (0 when unavailable).
+        provider: Distribution that provides it (``"accelreg"`` for built-ins).
+        provider_version: That distribution's version.
+        builtin: Whether accelreg itself provides it.
+        replaces: Provider of the built-in this backend replaced, if any.
+        visible_devices_var: The masking variable, or ``None``.
+        visible_devices: Physical ids behind logical indices 0..n-1 when the variable is set,
+            else ``None`` (all devices visible).
+        indexed: Whether devices carry an index.
+        plugin: The entry-point (or registration) name of the plugin that yielded it.
+    """
+
+    name: str
+    device_type: str
+    priority: int
+    position: int
+    available: bool
+    reason: str
+    device_count: int
+    provider: str
+    provider_version: str
+    builtin: bool
+    replaces: str | None = None
+    visible_devices_var: str | None = None
+    visible_devices: tuple[str, ...] | None = None
+    indexed: bool = True
+    plugin: str = ""
+
+    def devices(self) -> tuple[str, ...]:
+        """Fully qualified device strings this backend offers here, in index order."""
+        if not self.available:
+            return ()
+        if not self.indexed:
+            return (self.device_type,) if self.device_count else ()
+        return tuple(f"{self.device_type}:{i}" for i in range(self.device_count))
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that failed to load or to answer, as ``accelreg env`` reports it.
+
+    Attributes:
+        plugin: Entry-point (or registration) name.
+        distribution: Distribution that ships it, if known.
+        version: Its version, if known.
+        stage: What failed: ``"import"``, ``"accelreg_backends"``, ``"probe is_available"``, ...
+        error: The exception, formatted as ``Type: message``.
+    """
+
+    plugin: str
+    distribution: str
+    version: str
+    stage: str
+    error: str
+
+    def __str__(self) -> str:
+        who = self.plugin
+        if self.distribution:
+            who += f" (from {self.distribution} {self.version})".rstrip()
+        return f"{who}: {self.stage} failed: {self.error}"
+
+
+@dataclass(frozen=True)
+class PlacementRule:
+    """Where one kind of quantized parameter may live and which state-dict keys travel with it.
+
+    Yielded by ``accelreg_placement_rules(backend)``; ``accelreg.placement_rule(backend,
+    quant_method)`` returns the one that applies.
+
+    Attributes:
+        backend: Backend the rule is for (``"*"`` for every backend).
+        quant_method: Quantization method name (``"bnb_8bit"``, ``"bnb_4bit"``).
+        module_classes: Qualified class names of the modules that hold such parameters
+            (``"bitsandbytes.nn.modules.Linear8bitLt"``).
+        param: Name of the quantized parameter within the module (``"weight"``).
+        travelling_keys: State-dict key suffixes (relative to the module prefix) that belong to
+            the quantized parameter and must reach the module's loader together, on the target
+            device (``("weight", "SCB", "weight_format")``). A suffix ending in ``"."`` matches
+            every key that starts with it.
+        dropped_keys: Suffixes that must never reach the module's own loader.
+        offload: Non-accelerator places the parameter may live on this backend
+            (a subset of ``{"cpu", "disk"}``); empty means accelerator only.
+        bits_per_element: Storage bits per weight element (8 for int8, 4 for packed 4-bit).
+        bytes_per_row: Extra bytes per output row (8-bit SCB: 4).
+        block_size: Elements per quantization block (0 when not block-wise).
+        bytes_per_block: Extra bytes per block (4-bit absmax).
+        fixed_bytes: Extra bytes per parameter (4-bit quant map, state tensors).
+        provider: Distribution that supplied the rule.
+    """
+
+    backend: str
+    quant_method: str
+    module_classes: tuple[str, ...]
+    param: str = "weight"
+    travelling_keys: tuple[str, ...] = ("weight",)
+    dropped_keys: tuple[str, ...] = ()
+    offload: frozenset[str] = field(default_factory=frozenset)
+    bits_per_element: float = 8.0
+    bytes_per_row: int = 0
+    block_size: int = 0
+    bytes_per_block: int = 0
+    fixed_bytes: int = 0
+    provider: str = ""
+
+    def may_live_on(self, device: str) -> bool:
+        """Whether a parameter under this rule may be placed on ``device`` (``"npu:0"``,
+        ``"cpu"``, ``"disk"``)."""
+        kind = device.split(":", 1)[0]
+        if kind in ("cpu", "disk"):
+            return kind in self.offload
+        return True
+
+    def quantized_nbytes(self, shape: Sequence[int]) -> int:
+        """Bytes the quantized parameter of this ``shape`` occupies (weight plus its state)."""
+        numel = math.prod(shape)
+        rows = shape[0] if len(shape) else 1
+        nbytes = math.ceil(numel * self.bits_per_element / 8) + rows * self.bytes_per_row
+        if self.block_size:
+            nbytes += math.ceil(numel / self.block_size) * self.bytes_per_block
+        return nbytes + self.fixed_bytes

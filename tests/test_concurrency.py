@@ -1,0 +1,82 @@
+"""Many threads resolving while the registry is reset and reconfigured."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+import torch
+
+import accelreg
+
+from ._fakes import plugin, spec
+
+PLUG = plugin(spec("cuda", 2, priority=100), spec("xpu", 3, priority=90))
+
+
+def test_threads_never_see_a_half_built_registry():
+    accelreg.register(PLUG, "fakeplugin_conc")
+    stop = threading.Event()
+    seen: list[object] = []
+    errors: list[BaseException] = []
+    allowed = {torch.device("cuda", 1), torch.device("xpu", 1)}
+
+    def reader():
+        try:
+            while not stop.is_set():
+                d = accelreg.resolve(1)
+                order = [b.name for b in accelreg.backends()]
+                # one answer and one order, each from one configuration
+                assert d in allowed
+                assert order[-1] == "cpu" and order[0] in ("cuda", "xpu")
+                seen.append(d)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def writer():
+        try:
+            for i in range(20):
+                accelreg.configure(priority=["xpu"] if i % 2 else ["cuda"])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(64)]
+    for t in threads:
+        t.start()
+    w = threading.Thread(target=writer)
+    w.start()
+    w.join()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert set(seen) == allowed
+
+
+def test_reset_during_resolution_keeps_answers_consistent():
+    accelreg.register(PLUG, "fakeplugin_conc2")
+    accelreg.configure(priority=["xpu"])
+    assert accelreg.resolve(2) == torch.device("xpu", 2)
+    accelreg.configure(priority=["cuda"])
+    with pytest.raises(accelreg.DeviceError, match="out of range: cuda has 2"):
+        accelreg.resolve(2)  # the cached xpu answer did not survive the change
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_resolve_in_parent_and_forked_child():
+    accelreg.register(PLUG, "fakeplugin_fork")
+    assert accelreg.resolve(1) == torch.device("cuda", 1)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.write(w, str(accelreg.resolve(1)).encode())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(w)
+    assert os.read(r, 100).decode() == "cuda:1"
+    os.close(r)
+    assert sys.modules["accelreg"].resolve(1) == torch.device("cuda", 1)

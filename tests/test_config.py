@@ -1,0 +1,215 @@
+"""Configuration precedence: argument > env > project file > user file > defaults."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import accelreg
+from accelreg import ConfigError
+from accelreg.config import load_settings
+
+from ._fakes import plugin, spec
+
+SOURCES = ("argument", "env", "project", "user")
+
+
+def _three_backends():
+    accelreg.register(
+        plugin(
+            spec("cuda", 1, priority=100),
+            spec("xpu", 1, priority=90),
+            spec("hpu", 1, priority=40, indexed=False, device=lambda i: torch.device("hpu")),
+        ),
+        "fakeplugin_three",
+    )
+
+
+def _apply(source, value, monkeypatch, tmp_path):
+    names = ", ".join(f'"{n}"' for n in value)
+    if source == "argument":
+        accelreg.configure(priority=list(value))
+    elif source == "env":
+        monkeypatch.setenv("ACCELREG_PRIORITY", ",".join(value))
+    elif source == "project":
+        (tmp_path / "work" / "pyproject.toml").write_text(
+            f"[project]\nname='x'\n[tool.accelreg]\npriority = [{names}]\n"
+        )
+    elif source == "user":
+        (tmp_path / "xdg" / "accelreg").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "xdg" / "accelreg" / "config.toml").write_text(f"priority = [{names}]\n")
+
+
+CHOICES = {"argument": ("hpu",), "env": ("xpu",), "project": ("cuda", "hpu"), "user": ("xpu", "hpu")}
+EXPECTED = {"argument": "hpu", "env": "xpu", "project": "cuda", "user": "xpu"}
+
+
+@pytest.mark.parametrize(
+    "present",
+    [c for r in range(1, 5) for c in itertools.combinations(SOURCES, r)],
+    ids=lambda c: "+".join(c),
+)
+def test_precedence_matrix(present, monkeypatch, tmp_path):
+    _three_backends()
+    for source in present:
+        _apply(source, CHOICES[source], monkeypatch, tmp_path)
+    accelreg.reset() if "argument" not in present else None
+    if "argument" not in present:
+        _three_backends()
+    winner = present[0]  # SOURCES is in precedence order
+    assert accelreg.current_backend().name == EXPECTED[winner]
+    settings = load_settings({"priority": CHOICES["argument"]} if winner == "argument" else {})
+    assert list(settings.priority) == list(CHOICES[winner])
+    # the whole list of the winner is used, never merged with another source's list
+    order = [b.name for b in accelreg.backends()]
+    assert order[: len(CHOICES[winner])] == list(CHOICES[winner])
+    assert order[-1] == "cpu"
+
+
+def test_defaults_when_nothing_is_set():
+    _three_backends()
+    assert accelreg.current_backend().name == "cuda"
+    s = load_settings()
+    assert s.sources["priority"] == "default" and s.priority == ()
+
+
+def test_accelreg_toml_beats_pyproject_in_the_same_folder(tmp_path):
+    work = tmp_path / "work"
+    (work / "pyproject.toml").write_text("[tool.accelreg]\npriority = ['cuda']\n")
+    (work / "accelreg.toml").write_text("priority = ['xpu']\n")
+    assert load_settings().priority == ("xpu",)
+    assert load_settings().sources["priority"] == str(work / "accelreg.toml")
+
+
+def test_nearest_folder_wins_and_pyproject_without_table_is_skipped(tmp_path):
+    work = tmp_path / "work"
+    deep = work / "a" / "b"
+    deep.mkdir(parents=True)
+    (work / "accelreg.toml").write_text("priority = ['xpu']\n")
+    (work / "a" / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # no [tool.accelreg]
+    (deep / "pyproject.toml").write_text("[tool.accelreg]\npriority = ['hpu']\n")
+    assert load_settings(cwd=deep).priority == ("hpu",)
+    assert load_settings(cwd=work / "a").priority == ("xpu",)
+
+
+def test_accelreg_config_variable_beats_xdg(monkeypatch, tmp_path):
+    (tmp_path / "xdg" / "accelreg").mkdir(parents=True)
+    (tmp_path / "xdg" / "accelreg" / "config.toml").write_text("priority = ['xpu']\n")
+    other = tmp_path / "other.toml"
+    other.write_text("priority = ['hpu']\n")
+    monkeypatch.setenv("ACCELREG_CONFIG", str(other))
+    assert load_settings().priority == ("hpu",)
+
+
+BROKEN = {
+    "malformed": "priority = [\n",
+    "not utf-8": b"\xff\xfe priority",
+    "wrong type": "priority = 'npu'\n",
+    "bad name": "priority = ['NPU!']\n",
+    "duplicate": "priority = ['npu', 'npu']\n",
+    "cpu first": "priority = ['cpu', 'npu']\n",
+    "bad bool": "strict = 'yes'\n",
+    "bad timeout": "probe_timeout = -1\n",
+    "huge": "# " + "x" * (1 << 21) + "\n",
+}
+
+
+@pytest.mark.parametrize("where", ["project", "user"])
+@pytest.mark.parametrize("problem", sorted(BROKEN))
+def test_broken_file_is_reported_and_skipped_or_fatal_when_strict(problem, where, tmp_path, monkeypatch):
+    content = BROKEN[problem]
+    path = (
+        tmp_path / "work" / "accelreg.toml"
+        if where == "project"
+        else tmp_path / "xdg" / "accelreg" / "config.toml"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+    settings = load_settings()
+    assert len(settings.errors) == 1 and str(path) in settings.errors[0]
+    assert settings.priority == ()  # nothing from the broken file is used
+    with pytest.warns(RuntimeWarning, match="configuration file skipped"):
+        assert accelreg.resolve() == torch.device("cpu")
+    monkeypatch.setenv("ACCELREG_STRICT", "1")
+    with pytest.raises(ConfigError, match=str(path).replace("\\", "\\\\")):
+        load_settings()
+
+
+def test_unreadable_file(tmp_path, monkeypatch):
+    path = tmp_path / "work" / "accelreg.toml"
+    path.mkdir()  # a folder where a file should be: is_file() is False, so it is not a config file
+    assert load_settings().errors == ()
+    target = tmp_path / "cfg.toml"
+    target.write_text("priority = ['npu']\n")
+    target.chmod(0)
+    monkeypatch.setenv("ACCELREG_CONFIG", str(target))
+    import os
+
+    if os.geteuid() == 0:  # root reads anything; use a missing file for the unreadable case
+        monkeypatch.setenv("ACCELREG_CONFIG", str(tmp_path / "missing.toml"))
+    settings = load_settings()
+    assert settings.errors and (
+        "cannot be read" in settings.errors[0] or "no such file" in settings.errors[0]
+    )
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "match"),
+    [
+        ("ACCELREG_PRIORITY", "npu,,cuda", "not a valid name"),
+        ("ACCELREG_PRIORITY", "npu,npu", "listed twice"),
+        ("ACCELREG_PRIORITY", "cpu,npu", "always tried last"),
+        ("ACCELREG_DISABLE", "cpu", "cannot be disabled"),
+        ("ACCELREG_STRICT", "maybe", "expected a boolean"),
+        ("ACCELREG_PROBE_TIMEOUT", "soon", "number of seconds"),
+        ("ACCELREG_PROBE_TIMEOUT", "0", r"\(0, 3600\]"),
+        ("ACCELREG_PROVIDERS", "npu", "name=distribution"),
+    ],
+)
+def test_bad_environment_values_are_errors(var, value, match, monkeypatch):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=match):
+        load_settings()
+    with pytest.raises(ConfigError, match=match):
+        accelreg.resolve()
+
+
+def test_empty_list_variable_means_unset(monkeypatch):
+    monkeypatch.setenv("ACCELREG_PRIORITY", "")
+    assert load_settings().sources["priority"] == "default"
+
+
+def test_configure_validates_before_changing_anything():
+    accelreg.configure(priority=["xpu"])
+    with pytest.raises(ConfigError, match="unknown setting"):
+        accelreg.configure(prority=["cuda"])
+    with pytest.raises(ConfigError):
+        accelreg.configure(priority="cuda")
+    from accelreg import registry
+
+    assert registry.get().settings.priority == ("xpu",)
+
+
+def test_unknown_priority_name_warns_or_fails_strict():
+    with pytest.warns(RuntimeWarning, match="names 'acme', which no installed plugin provides"):
+        accelreg.configure(priority=["acme"])
+        accelreg.resolve()
+    accelreg.configure(strict=True)
+    with pytest.raises(ConfigError, match="'acme'"):
+        accelreg.resolve()
+
+
+def test_unknown_key_in_file_is_a_warning(tmp_path):
+    (tmp_path / "work" / "accelreg.toml").write_text("priorty = ['npu']\n")
+    assert "unknown setting 'priorty'" in load_settings().warnings[0]
+
+
+def test_config_files_are_data_only(tmp_path):
+    marker = tmp_path / "executed"
+    (tmp_path / "work" / "accelreg.toml").write_text(
+        f'priority = [\'__import__("os").system("touch {marker}")\']\n'
+    )
+    assert load_settings().errors  # an invalid name, reported; never evaluated
+    assert not marker.exists()
