@@ -20,10 +20,10 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _util import interleaved_ns  # noqa: E402  (benchmarks/ is not a package)
+from _util import interleaved_ns
 
-import accelreg  # noqa: E402
-from accelreg.types import Availability, BackendSpec  # noqa: E402
+import accelreg
+from accelreg.types import Availability, BackendSpec
 
 
 class FakeCuda:
