@@ -197,17 +197,10 @@ class Backend:
 
     def _visible(self) -> tuple[tuple[str, ...] | None, str | None]:
         var = self.spec.visible_devices_var
-        if not var:
-            return None, None
-        value = self._snapshot.environ.get(var)
+        value = self._snapshot.environ.get(var) if var else None
         if value is None:
             return None, None
-        parse = self.spec.parse_visible_devices
-        if parse is None:
-            from .visible import parse_visible_devices
-
-            return _parse_visible(lambda v: parse_visible_devices(v, var=var), value)
-        return _parse_visible(parse, value)
+        return parse_visible(self.spec, value)
 
     @property
     def available(self) -> bool:
@@ -336,7 +329,18 @@ def _count(value: Any) -> int:
     return value
 
 
-def _parse_visible(parse: Callable[[str], Any], value: str) -> tuple[tuple[str, ...] | None, str | None]:
+def parse_visible(spec: BackendSpec, value: str) -> tuple[tuple[str, ...] | None, str | None]:
+    """``(physical ids, None)`` for a value of ``spec``'s visible-devices variable, or
+    ``(None, problem)``; the plugin's parser is contained like any probe."""
+    parse = spec.parse_visible_devices
+    if parse is None:
+        from .visible import parse_visible_devices
+
+        var = spec.visible_devices_var or "visible devices"
+
+        def parse(v: str) -> tuple[str, ...]:
+            return parse_visible_devices(v, var=var)
+
     try:
         ids = parse(value)
         if isinstance(ids, str) or not all(isinstance(i, str) for i in ids):

@@ -100,14 +100,15 @@ def _fresh(code: str, runs: int = 7) -> float:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     out = []
     for _ in range(runs + 1):
-        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+        res = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        )
         out.append(float(res.stdout.strip()))
     return statistics.median(out[1:])
 
 
 IMPORT = (
-    "import time, torch; t = time.perf_counter(); import accelreg; "
-    "print((time.perf_counter() - t) * 1e3)"
+    "import time, torch; t = time.perf_counter(); import accelreg; print((time.perf_counter() - t) * 1e3)"
 )
 FIRST = (
     "import time, torch, accelreg; t = time.perf_counter(); accelreg.resolve(); "
@@ -139,20 +140,24 @@ def main() -> None:
     rows = [(k, v, v / cpu) for k, v in ns.items()]
     import_ms = _fresh(IMPORT)
     first_ms = _fresh(FIRST)
-    loaded = int(subprocess.run([sys.executable, "-c", NO_EP], capture_output=True, text=True, check=True).stdout)
+    loaded = int(
+        subprocess.run([sys.executable, "-c", NO_EP], capture_output=True, text=True, check=True).stdout
+    )
     report = {
         "per_call_ns": ns,
         "import_accelreg_ms": import_ms,
         "first_resolve_ms": first_ms,
         "modules_loaded_at_import": loaded,
     }
-    print("| call | median ns/call | x torch.device(\"cpu\") |")
+    print('| call | median ns/call | x torch.device("cpu") |')
     print("| --- | ---: | ---: |")
     for name, value, ratio in rows:
         print(f"| `{name}` | {value:.0f} | {ratio:.2f} |")
     print()
     print(f"- `import accelreg` after `import torch`: {import_ms:.1f} ms (median of 7 fresh processes)")
-    print(f"- first `resolve()` in a fresh process (entry-point scan + probes): {first_ms:.1f} ms (median of 7)")
+    print(
+        f"- first `resolve()` in a fresh process (entry-point scan + probes): {first_ms:.1f} ms (median of 7)"
+    )
     print(f"- registry/backend modules loaded by `import accelreg`: {loaded}")
     print()
     print("```json")

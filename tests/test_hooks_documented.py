@@ -27,7 +27,9 @@ def test_hooks_md_is_generated_from_the_hookspecs():
 
 
 def test_every_hook_is_exercised_by_a_test():
-    tests = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py") if p.name != pathlib.Path(__file__).name)
+    tests = "\n".join(
+        p.read_text() for p in (ROOT / "tests").rglob("test_*.py") if p.name != pathlib.Path(__file__).name
+    )
     for hook in gen_hooks.hook_names():
         assert re.search(rf"\b{hook}\b", tests), f"no test exercises {hook}"
 

@@ -19,4 +19,5 @@ BUILTIN_MODULES: dict[str, str] = {
     "sdaa": "accelreg.builtin.sdaa",
     "hpu": "accelreg.builtin.hpu",
     "mps": "accelreg.builtin.mps",
+    "bnb": "accelreg.builtin.bnb",
 }
