@@ -208,6 +208,14 @@ class PlacementRule:
         bytes_per_block: Extra bytes per block (4-bit absmax).
         fixed_bytes: Extra bytes per parameter (4-bit quant map, state tensors).
         provider: Distribution that supplied the rule.
+        before_load: Optional ``(module, state_dict, prefix, device, event) -> None`` run by
+            the load hook after the travelling keys were moved to ``device`` and before the
+            module's own loader: the quantization library's chance to make its state reachable
+            where its loader looks, consume keys the loader must not see, and refuse formats
+            it cannot load (raise :class:`~accelreg.errors.PlacementError`). ``event`` is a dict
+            for notes that end up in the load report.
+        after_load: Optional ``(module, event) -> None`` run after the module's loader, to
+            restore the module's own layout.
     """
 
     backend: str
@@ -223,6 +231,8 @@ class PlacementRule:
     bytes_per_block: int = 0
     fixed_bytes: int = 0
     provider: str = ""
+    before_load: Callable[..., None] | None = None
+    after_load: Callable[..., None] | None = None
 
     def may_live_on(self, device: str) -> bool:
         """Whether a parameter under this rule may be placed on ``device`` (``"npu:0"``,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..hookspecs import hookimpl
 from ..types import PlacementRule
+from . import bnb_load
 
 PROVIDER = "accelreg"
 
@@ -45,6 +46,8 @@ def accelreg_placement_rules(backend: str):
         bits_per_element=8,
         bytes_per_row=4,
         provider=PROVIDER,
+        before_load=bnb_load.before_load_8bit,
+        after_load=bnb_load.after_load_8bit,
     )
     yield PlacementRule(
         backend="*",
@@ -58,4 +61,5 @@ def accelreg_placement_rules(backend: str):
         bytes_per_block=4,
         fixed_bytes=16 * 4,
         provider=PROVIDER,
+        before_load=bnb_load.before_load_4bit,
     )

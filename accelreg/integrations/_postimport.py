@@ -1,0 +1,87 @@
+"""Run a callback once a module has been imported (now, if it already is).
+
+``accelreg.install()`` must not import transformers, peft and DeepSpeed itself (seconds of
+import time a user may not need). Instead each integration is enabled the moment its library
+module finishes importing, through a finder on ``sys.meta_path`` that wraps that one module's
+loader. A callback that raises makes the import raise: an integration that cannot be enabled
+on an untested library version fails loudly where the library is imported.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["when_imported"]
+
+_lock = threading.RLock()
+_waiting: dict[str, list[Callable[[Any], None]]] = {}
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; for watched names it wraps the real loader's ``exec_module``."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if fullname not in _waiting:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _Loader(spec.loader)
+                return spec
+            if spec is not None:
+                return spec
+        return None
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._inner.exec_module(module)
+        _fire(module.__name__, module)
+
+
+_finder = _Finder()
+
+
+def _fire(name: str, module: Any) -> None:
+    with _lock:
+        callbacks = _waiting.pop(name, [])
+        if not _waiting and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+    for callback in callbacks:
+        callback(module)
+
+
+def when_imported(name: str, callback: Callable[[Any], None]) -> None:
+    """Call ``callback(module)`` after ``name`` is imported; at once if it already is."""
+    module = sys.modules.get(name)
+    if module is not None:
+        callback(module)
+        return
+    with _lock:
+        _waiting.setdefault(name, []).append(callback)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
+def cancel(name: str) -> None:
+    """Forget the callbacks waiting for ``name``."""
+    with _lock:
+        _waiting.pop(name, None)
+        if not _waiting and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)

@@ -1,0 +1,237 @@
+"""accelerate: memory, cache, dispatch, default device and quantize-on-move ask the registry.
+
+Seams (accelerate 1.15; every module that imported them by name is patched too):
+
+* ``accelerate.utils.modeling.get_max_memory`` — two 7-way ``is_*_available()`` ladders. The
+  replacement reads free memory of the registry's current backend; keys keep accelerate's
+  contract (int indices of that backend, ``"cpu"``, ``"disk"``); a qualified key of the current
+  backend (``"npu:1"``) is accepted, any other device is a :class:`~accelreg.DeviceError`
+  (upstream rejects ``"npu:0"`` outright and only warns about out-of-range indices).
+* ``accelerate.utils.memory.clear_device_cache`` — its own backend order (xpu first); the
+  replacement empties the current backend's cache.
+* ``accelerate.big_modeling.dispatch_model`` — picks ``main_device`` as ``list(set(...))[0]``,
+  which for string devices depends on the hash seed; the wrapper passes the first accelerator
+  of the map in forward order.
+* ``accelerate.utils.modeling.set_module_tensor_to_device`` — int devices go through a ladder,
+  and bitsandbytes parameters are quantized on the way only for two hard-coded device types.
+  The wrapper qualifies every device through the registry and quantizes bitsandbytes
+  parameters on the way to any accelerator whose placement rules allow them there.
+* ``accelerate.state.PartialState.default_device`` — a ninth backend order; the replacement is
+  ``accelreg.resolve()`` (LOCAL_RANK-aware). Effective for states created after ``enable()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ._seams import Integration, Seam
+
+__all__ = ["INTEGRATION", "disable", "enable", "enabled"]
+
+LIBRARIES = ("transformers", "accelerate", "peft", "deepspeed")
+_MODELING = "accelerate.utils.modeling"
+
+
+def _size(value: Any) -> int:
+    from accelerate.utils.modeling import convert_file_size_to_int
+
+    return int(convert_file_size_to_int(value))
+
+
+def _get_max_memory(original: Any) -> Any:
+    @functools.wraps(original)
+    def get_max_memory(max_memory: dict[Any, Any] | None = None) -> dict[Any, int]:
+        from .. import registry
+        from ..errors import DeviceError
+        from ..resolution import resolve
+
+        snap = registry.get()
+        current = snap.current()
+        if max_memory is None:
+            out: dict[Any, int] = {}
+            if current.name != "cpu":
+                for i in range(current.count):
+                    info = current.memory(i)
+                    out[i] = info.free if info is not None else 0
+            host = snap.backend("cpu").memory(0)
+            out["cpu"] = host.free if host is not None else 0
+            return out
+        out = {}
+        for key, value in max_memory.items():
+            if key in ("cpu", "disk"):
+                out[key] = _size(value)
+                continue
+            device = resolve(key)
+            if device.type == "cpu":
+                out["cpu"] = _size(value)
+            elif device.type != current.device_type:
+                raise DeviceError(
+                    f"max_memory key {key!r} is a {device.type} device, but accelerate plans for the current "
+                    f"backend {current.name} ({', '.join(current.info().devices())})"
+                )
+            else:
+                out[device.index if device.index is not None else 0] = _size(value)
+        return dict(sorted(out.items(), key=lambda kv: (not isinstance(kv[0], int), str(kv[0]))))
+
+    return get_max_memory
+
+
+def _clear_device_cache(original: Any) -> Any:
+    @functools.wraps(original)
+    def clear_device_cache(garbage_collection: bool = False) -> None:
+        import torch
+
+        from .. import registry
+
+        if garbage_collection:
+            gc.collect()
+        current = registry.get().current()
+        if current.name == "cpu":
+            return
+        module = getattr(torch, current.device_type, None)
+        empty = getattr(module, "empty_cache", None)
+        if callable(empty):
+            empty()
+
+    return clear_device_cache
+
+
+def _first_accelerator(device_map: dict[str, Any]) -> Any:
+    for value in device_map.values():
+        if value not in ("cpu", "disk") and str(value) not in ("cpu", "disk", "meta"):
+            return value
+    return None
+
+
+def _dispatch_model(original: Any) -> Any:
+    @functools.wraps(original)
+    def dispatch_model(model: Any, device_map: dict[str, Any], main_device: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if main_device is None and isinstance(device_map, dict):
+            main_device = _first_accelerator(device_map)
+        return original(model, device_map, main_device, *args, **kwargs)
+
+    return dispatch_model
+
+
+def _qualified(device: Any) -> Any:
+    """Ints and backend names become qualified device strings; cpu/meta/disk stay."""
+    import torch
+
+    from ..resolution import qualify
+
+    if isinstance(device, str) and device in ("cpu", "meta", "disk"):
+        return device
+    if isinstance(device, (int, str, torch.device)):  # a bool raises TypeError in qualify
+        return qualify(device)
+    return device
+
+
+def _set_module_tensor_to_device(original: Any) -> Any:
+    @functools.wraps(original)
+    def set_module_tensor_to_device(module: Any, tensor_name: str, device: Any, value: Any = None, *args: Any, **kwargs: Any) -> Any:
+        device = _qualified(device)
+        param = getattr(module, "_parameters", {}).get(tensor_name)
+        if param is not None and _quantize_on_move(module, param, device):
+            return _move_quantized(module, tensor_name, device, value, param, *args, **kwargs)
+        return original(module, tensor_name, device, value, *args, **kwargs)
+
+    return set_module_tensor_to_device
+
+
+def _quantize_on_move(module: Any, param: Any, device: Any) -> bool:
+    """Whether ``param`` is a not-yet-quantized parameter of a module a placement rule governs,
+    moving to an accelerator where the rule lets it live."""
+    import torch
+
+    from .. import placement
+
+    if not isinstance(device, str) or device in ("cpu", "meta", "disk"):
+        return False
+    if type(param).__name__ not in ("Int8Params", "Params4bit", "FP4Params"):
+        return False
+    target = torch.device(device)
+    if param.device.type == target.type:
+        return False
+    backend = placement._backend_of(target)
+    rule = placement.rule_for_module(module, backend)
+    return rule is not None and rule.may_live_on(device)
+
+
+def _move_quantized(module: Any, name: str, device: str, value: Any, param: Any, *args: Any, **kwargs: Any) -> None:
+    """What accelerate does for its two device types, for any accelerator: build the parameter
+    on the CPU, then move it; bitsandbytes quantizes during the move."""
+    import torch
+
+    from ..errors import PlacementError
+
+    dtype = kwargs.get("dtype", args[0] if args else None)
+    fp16_statistics = kwargs.get("fp16_statistics", args[1] if len(args) > 1 else None)
+    source = value if value is not None else param
+    if source.device.type == "meta":
+        raise PlacementError(f"{type(module).__name__}.{name}: no value given and the parameter is on meta")
+    with torch.no_grad():
+        data = source.to("cpu")
+        if dtype is not None and data.is_floating_point():
+            data = data.to(dtype)
+        if type(param).__name__ == "Int8Params" and data.dtype == torch.float32:
+            data = data.to(torch.float16)  # as accelerate: needed for 8-bit serialization
+        attrs = {k: v for k, v in param.__dict__.items() if k != "_is_hf_initialized"}
+        new = type(param)(data, requires_grad=param.requires_grad, **attrs).to(device)
+        if fp16_statistics is not None:
+            new.SCB = fp16_statistics.to(device)
+    module._parameters[name] = new
+
+
+def _default_device(original: Any) -> Any:
+    def default_device(self: Any) -> Any:
+        from ..resolution import resolve
+
+        return resolve()
+
+    return property(default_device, doc="The registry's device for this process (accelreg).")
+
+
+INTEGRATION = Integration(
+    name="accelerate",
+    distribution="accelerate",
+    supported=">=1.15,<1.16",
+    seams=[
+        Seam(_MODELING, "get_max_memory", _get_max_memory, params=("max_memory",),
+             importers=("accelerate.utils", "transformers.integrations.accelerate"),
+             why="per-device memory of the registry's current backend (no ladder)"),
+        Seam("accelerate.utils.memory", "clear_device_cache", _clear_device_cache, params=("garbage_collection",),
+             importers=("accelerate.hooks", "peft.utils.loftq_utils"),
+             why="empty the cache of the current backend"),
+        Seam("accelerate.big_modeling", "dispatch_model", _dispatch_model, params=("model", "device_map", "main_device"),
+             importers=("accelerate", "accelerate.utils.bnb", "transformers.integrations.accelerate"),
+             why="main_device = the map's first accelerator in forward order, not a hash-ordered set's"),
+        Seam(_MODELING, "set_module_tensor_to_device", _set_module_tensor_to_device,
+             params=("module", "tensor_name", "device", "value", "dtype", "fp16_statistics"),
+             importers=("accelerate.hooks", "accelerate.utils", "accelerate.utils.bnb"),
+             why="qualified devices; bitsandbytes quantize-on-move on every accelerator its rules allow"),
+        Seam("accelerate.state", "PartialState.default_device", _default_device,
+             why="the registry's device for this process"),
+    ],
+    scan_prefixes=LIBRARIES,
+)
+
+
+def enable() -> None:
+    """Enable the accelerate integration (idempotent)."""
+    INTEGRATION.enable()
+
+
+def disable() -> None:
+    """Restore accelerate exactly as it was."""
+    INTEGRATION.disable()
+
+
+@contextmanager
+def enabled() -> Iterator[None]:
+    """Enable for a block."""
+    with INTEGRATION.enabled_for():
+        yield
