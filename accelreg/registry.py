@@ -569,6 +569,14 @@ class Snapshot:
         plugin, spec = offers[0]
         return Backend(spec, plugin, self, blocked=f"conflict: {msg}")
 
+    def after_fork(self) -> None:
+        """Fresh locks and an empty answer cache in a forked child (see registry docs)."""
+        self._fail_lock = threading.Lock()
+        self._rules_lock = threading.Lock()
+        self.cache = {}
+        for backend in self.order:
+            backend._lock = threading.Lock()
+
     # -- queries --------------------------------------------------------------------------
     def backend(self, name: str) -> Backend:
         """The backend called ``name``, or a :class:`DeviceError` naming the known ones."""
@@ -765,11 +773,21 @@ def unregister(name: str) -> None:
 
 
 def _after_fork_in_child() -> None:
-    # Locks may have been held by another thread at fork time; give the child fresh ones and
-    # drop answers that depend on per-process device state (current index, LOCAL_RANK).
+    """Keep the parent's registry usable in a forked child without touching a device runtime.
+
+    Plugins and probe answers (availability, counts) describe the machine and stay valid; a
+    child re-probing a runtime the parent initialised (CUDA after fork) could fail or hang. What
+    is per-process is dropped: resolve()'s cache (it holds current-device answers) and every
+    lock, which another thread of the parent may have held at the moment of the fork.
+    """
     global _lock
     _lock = threading.RLock()
-    _drop()
+    _runner._lock = threading.Lock()
+    _runner._jobs = None  # the probe thread did not survive the fork
+    snap = _snapshot
+    if snap is not None:
+        snap.after_fork()
+    resolution._drop_cache()
 
 
 if hasattr(os, "register_at_fork"):

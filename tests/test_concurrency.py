@@ -80,3 +80,28 @@ def test_resolve_in_parent_and_forked_child():
     assert os.read(r, 100).decode() == "cuda:1"
     os.close(r)
     assert sys.modules["accelreg"].resolve(1) == torch.device("cuda", 1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_forked_child_does_not_reprobe_the_runtime():
+    calls = []
+
+    def probe():
+        calls.append(os.getpid())
+        return True
+
+    accelreg.register(plugin(spec("cuda", 2, priority=100, available=probe)), "fakeplugin_forkprobe")
+    assert accelreg.resolve(0) == torch.device("cuda", 0)
+    assert calls == [os.getpid()]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: answers from the parent's probes, with its own (empty) cache
+        try:
+            answer = f"{accelreg.resolve(1)}|{accelreg.device_count()}|{len(calls)}"
+            os.write(w, answer.encode())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(w)
+    assert os.read(r, 100).decode() == "cuda:1|2|1"
+    os.close(r)
