@@ -60,7 +60,7 @@ KEYS: dict[str, _Key] = {
         "ACCELREG_PROVIDERS", "providers", {}, "which distribution provides a contested backend"
     ),
     "probe_timeout": _Key(
-        "ACCELREG_PROBE_TIMEOUT", "timeout", 10.0, "seconds a probe may take before it is cut off"
+        "ACCELREG_PROBE_TIMEOUT", "timeout", 60.0, "seconds a probe may take before it is cut off"
     ),
 }
 
@@ -94,7 +94,7 @@ class Settings(NamedTuple):
     disable_plugin_autoload: bool = False
     strict: bool = False
     providers: Mapping[str, str] = MappingProxyType({})
-    probe_timeout: float = 10.0
+    probe_timeout: float = 60.0
     sources: Mapping[str, str] = MappingProxyType({})
     files: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()

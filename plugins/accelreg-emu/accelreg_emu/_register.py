@@ -1,0 +1,78 @@
+"""Registering the emulated backend with torch (run once per process by ``activate``)."""
+
+from __future__ import annotations
+
+import atexit
+
+import torch
+
+from . import _device
+from ._build import load_library
+from ._config import EmuConfig
+
+
+def _rename(name: str) -> None:
+    current = torch._C._get_privateuse1_backend_name()
+    if current == name:
+        return
+    if current != "privateuseone":
+        raise RuntimeError(
+            f"accelreg-emu: PrivateUse1 is already named {current!r} in this process; "
+            f"cannot present it as {name!r} (torch allows one name per process)"
+        )
+    torch.utils.rename_privateuse1_backend(name)
+
+
+def _tiny_backward(name: str, index: int) -> None:
+    """A backward pass that runs on device ``index``'s autograd worker thread.
+
+    It calls the engine directly rather than through ``torch.autograd.backward``, which
+    stashes a Python object (a ``contextvars`` copy) in the graph task's thread-local state.
+    """
+    x = torch.ones(1, device=torch.device(name, index), requires_grad=True)
+    y = (x * 2).sum()
+    engine = torch.autograd.Variable._execution_engine
+    engine.run_backward((y,), (torch.ones_like(y),), False, False, (), True, True)
+
+
+def _flush_autograd_workers(name: str) -> None:
+    """Make every device's autograd worker drop the graph tasks of finished backward passes.
+
+    torch (2.13) captures a Python object in each graph task; the worker thread that finished
+    the task can release it just *after* ``backward()`` returns. If the interpreter is
+    finalising by then, the worker's GIL acquisition exits the thread in a ``noexcept``
+    destructor and the process aborts ("terminate called without an active exception").
+    A worker processes its queue in order and drops the previous task before taking the
+    next, so one more (Python-free) backward per device, at exit, settles all of them.
+    """
+    try:
+        for index in range(_device.device_count()):
+            _tiny_backward(name, index)
+    except Exception:  # noqa: BLE001 - best effort at interpreter exit
+        pass
+
+
+def _warm_up_autograd(name: str) -> None:
+    """Start the autograd engine's device threads now and flush them once more at exit."""
+    for index in range(_device.device_count()):
+        _tiny_backward(name, index)
+    atexit.register(_flush_autograd_workers, name)
+
+
+def register(cfg: EmuConfig) -> None:
+    """Load the extension, size its devices and make ``torch.<name>`` real."""
+    assert cfg.name is not None
+    name = cfg.name
+    if name != "hpu":
+        _rename(name)
+    load_library("hpu" if name == "hpu" else "privateuse1")
+    torch.ops.accelreg_emu.configure(cfg.device_count, list(cfg.capacities))
+    _device._bind(cfg)
+    if getattr(torch, name, None) is not _device:
+        torch._register_device_module(name, _device)
+    if name != "hpu":
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+        )
+    if cfg.device_count:
+        _warm_up_autograd(name)

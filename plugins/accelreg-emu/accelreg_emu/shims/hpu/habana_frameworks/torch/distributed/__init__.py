@@ -1,0 +1,1 @@
+"""Stand-in for ``habana_frameworks.torch.distributed``."""

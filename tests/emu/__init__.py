@@ -1,0 +1,1 @@
+"""Tests of the emulated accelerator (plugins/accelreg-emu)."""

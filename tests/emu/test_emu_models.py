@@ -1,0 +1,177 @@
+"""Stock transformers/accelerate on the emulated ``npu``: a tiny GPT-2 split over two devices,
+a device map that overcommits a device, and the canaries of seeds 001 and 002.
+
+Nothing is downloaded: the models are random-initialised and saved to a temporary
+directory. accelreg itself is not used here; these tests pin down upstream behaviour that
+accelreg exists to fix, so a canary that stops failing says so.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ._runner import check_names, run_checks
+
+pytestmark = pytest.mark.emu
+
+SCRIPT = r'''
+import gc, os, tempfile
+import torch
+import torch_npu
+from transformers import GPT2Config, GPT2LMHeadModel
+
+MIB = 1 << 20
+SAME = "Expected all tensors to be on the same device, but found at least two devices"
+CHANGED = "upstream behaviour changed: "
+# A CPU-only torch says this; a CUDA build on a machine without a GPU fails the same call
+# with a driver error instead.
+NO_CUDA = (
+    ("Torch not compiled with CUDA enabled",) if torch.version.cuda is None
+    else ("Found no NVIDIA driver", "No CUDA GPUs are available", "CUDA driver initialization failed")
+)
+
+
+def cuda_refused(exc):
+    return any(fragment in str(exc) for fragment in NO_CUDA)
+
+torch.manual_seed(0)
+TMP = tempfile.mkdtemp()
+
+
+def save(n_embd):
+    cfg = GPT2Config(n_layer=2, n_embd=n_embd, n_head=2, vocab_size=1000, n_positions=64,
+                     bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg).eval()
+    path = os.path.join(TMP, f"gpt2-{n_embd}")
+    model.save_pretrained(path)
+    return model, path
+
+
+TINY, TINY_PATH = save(64)      # ~0.7 MB of weights
+WIDE, WIDE_PATH = save(256)     # ~7 MB of weights: more than npu:1's 4 MiB
+IDS = torch.randint(0, 1000, (2, 16))
+with torch.no_grad():
+    CPU_LOSS = TINY(IDS, labels=IDS).loss.item()
+SPLIT = {
+    "transformer.wte": 0, "transformer.wpe": 0, "transformer.drop": 0,
+    "transformer.h.0": 0, "transformer.h.1": 1, "transformer.ln_f": 1, "lm_head": 0,
+}
+
+
+def check_split_gpt2_matches_cpu_loss_and_backpropagates():
+    model = GPT2LMHeadModel.from_pretrained(TINY_PATH, device_map=SPLIT)
+    devices = {n: str(p.device) for n, p in model.named_parameters()}
+    assert devices["transformer.wte.weight"] == "npu:0", devices
+    assert devices["transformer.h.1.mlp.c_fc.weight"] == "npu:1", devices
+    assert set(devices.values()) == {"npu:0", "npu:1"}, devices
+    assert torch.npu.memory_allocated(0) > 0 and torch.npu.memory_allocated(1) > 0
+    out = model(IDS, labels=IDS)
+    assert abs(out.loss.item() - CPU_LOSS) < 1e-5, (out.loss.item(), CPU_LOSS)
+    out.loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(g is not None for g in grads.values()), [n for n, g in grads.items() if g is None]
+    assert grads["transformer.h.1.attn.c_attn.weight"].device == torch.device("npu:1")
+    assert grads["transformer.wte.weight"].device == torch.device("npu:0")
+    ref = GPT2LMHeadModel.from_pretrained(TINY_PATH)
+    ref.train(False)
+    ref(IDS, labels=IDS).loss.backward()
+    assert torch.allclose(
+        grads["transformer.h.1.mlp.c_fc.weight"].cpu(), ref.transformer.h[1].mlp.c_fc.weight.grad, atol=1e-5
+    )
+    del model, out, grads
+    gc.collect()
+
+
+def check_overcommitted_device_map_fails_to_load_with_oom():
+    base = torch.npu.memory_allocated(1)
+    free, total = torch.npu.mem_get_info(1)
+    assert total == 4 * MIB, total
+    try:
+        GPT2LMHeadModel.from_pretrained(WIDE_PATH, device_map={"": 1})
+    except torch.OutOfMemoryError as e:
+        assert "npu:1 has a total capacity of 4.00 MiB" in str(e), str(e)
+    else:
+        raise AssertionError("a 7 MB model loaded onto a 4 MiB device")
+    gc.collect()
+    assert torch.npu.memory_allocated(1) == base, "memory of the failed load was not returned"
+    # The same model fits where the budget allows it.
+    model = GPT2LMHeadModel.from_pretrained(WIDE_PATH, device_map={"": 0})
+    assert model.transformer.wte.weight.device == torch.device("npu:0")
+    del model
+    gc.collect()
+
+
+def check_accelerate_sees_the_budgets():
+    from accelerate.utils import get_max_memory
+
+    budget = get_max_memory()
+    assert 0 < budget[1] <= 4 * MIB and budget[0] > 4 * MIB, budget
+
+
+def check_canary_seed_001_tied_weights_split_fails_at_index_select():
+    """Seed 001: the tied pair wte/lm_head on different devices. Stock transformers does not
+    keep tied parameters together when the device map separates them."""
+    split = {"transformer.wte": 1, "transformer.wpe": 1, "transformer.drop": 1,
+             "transformer.h": 1, "transformer.ln_f": 1, "lm_head": 0}
+    model = GPT2LMHeadModel.from_pretrained(TINY_PATH, device_map=split)
+    assert model.transformer.wte.weight is model.lm_head.weight, "weights are still tied after loading"
+    try:
+        model(IDS, labels=IDS)
+    except RuntimeError as e:
+        msg = str(e)
+        assert SAME in msg and "index_select" in msg, msg
+        assert "npu:0" in msg and "npu:1" in msg, msg
+    else:
+        raise AssertionError(
+            CHANGED + "seed 001 no longer reproduces: a device map that puts transformer.wte on "
+            "npu:1 and lm_head on npu:0 now runs with stock transformers/accelerate "
+            f"(wte.weight on {model.transformer.wte.weight.device}). Update the canary."
+        )
+    del model
+    gc.collect()
+
+
+def check_canary_seed_002_int_device_turned_into_cuda_fails():
+    """Seed 002: code with a hard-coded ladder turns an int device id into "cuda:<i>"."""
+    from accelerate import infer_auto_device_map
+
+    stock = infer_auto_device_map(TINY)          # stock accelerate hands out int ids
+    assert set(stock.values()) <= {0, 1, "cpu"} and any(isinstance(v, int) for v in stock.values()), stock
+    laddered = {k: f"cuda:{v}" if isinstance(v, int) else v for k, v in stock.items()}
+    try:
+        GPT2LMHeadModel.from_pretrained(TINY_PATH, device_map=laddered)
+    except (AssertionError, RuntimeError) as e:
+        assert cuda_refused(e), repr(e)
+    else:
+        raise AssertionError(CHANGED + "a 'cuda:<i>' device map now loads on a machine without CUDA")
+    # transformers' own ladder: device_map="cuda" becomes "cuda:<LOCAL_RANK>".
+    try:
+        GPT2LMHeadModel.from_pretrained(TINY_PATH, device_map="cuda")
+    except (AssertionError, RuntimeError) as e:
+        assert cuda_refused(e), repr(e)
+    else:
+        raise AssertionError(
+            CHANGED + 'transformers no longer maps device_map="cuda" to "cuda:<LOCAL_RANK>" '
+            "on a non-CUDA accelerator (seed 002's ladder). Update the canary."
+        )
+
+
+def check_plain_int_device_map_works_since_torch_2_13():
+    """The case DESIGN.md records as fixed upstream: a bare int is the current accelerator."""
+    model = GPT2LMHeadModel.from_pretrained(TINY_PATH, device_map={"": 1})
+    assert model.transformer.wte.weight.device == torch.device("npu:1")
+    ids = IDS.to("npu:1")  # one device: no dispatch hooks, inputs are the caller's job
+    assert abs(model(ids, labels=ids).loss.item() - CPU_LOSS) < 1e-5
+    del model
+    gc.collect()
+'''
+
+
+@pytest.fixture(scope="module")
+def model_results() -> dict[str, str]:
+    return run_checks(SCRIPT, "npu", devices=2, memory="64MiB,4MiB")
+
+
+@pytest.mark.parametrize("check", check_names(SCRIPT))
+def test_models(model_results: dict[str, str], check: str) -> None:
+    assert model_results[check] == "ok", model_results[check]
