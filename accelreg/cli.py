@@ -245,6 +245,31 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- run ----------------------------------------------------------------------------------
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .launch import run
+
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print(
+            "accelreg run: give the command to start after --, e.g. accelreg run --devices 0,2 -- torchrun ...",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    ids = [int(i) if i.strip().isdecimal() else i.strip() for i in args.devices.split(",")]
+    try:
+        run(args.backend, ids, command)
+    except (DeviceError, TypeError) as exc:
+        print(f"accelreg run: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except FileNotFoundError as exc:
+        print(f"accelreg run: cannot start {command[0]!r}: {exc.strerror}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK  # pragma: no cover - run() replaces this process
+
+
 # -- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -267,6 +292,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", help="resolve on this backend instead of the current one")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_resolve)
+
+    p = sub.add_parser(
+        "run",
+        help="start a command (torchrun, deepspeed, ...) with chosen physical devices masked in",
+        description="Set the backend's visible-devices variable so that physical devices DEVICES become "
+        "logical devices 0..n-1, then replace this process with COMMAND. Each rank then picks logical "
+        "device LOCAL_RANK through accelreg.resolve().",
+    )
+    p.add_argument("--devices", required=True, help="physical device ids, comma-separated (e.g. 0,2)")
+    p.add_argument("--backend", help="backend whose variable to set (default: the current backend)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the command to run")
+    p.set_defaults(func=_cmd_run)
 
     try:
         from .plan_cli import add_plan_parser
