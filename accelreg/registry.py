@@ -200,7 +200,18 @@ class Backend:
         value = self._snapshot.environ.get(var) if var else None
         if value is None:
             return None, None
-        return parse_visible(self.spec, value)
+        if self.spec.parse_visible_devices is None:
+            return parse_visible(self.spec, value)
+        # A plugin's own parser is a probe like any other: contained, timed, recorded.
+        try:
+            ids, problem = self.call("parse_visible_devices", parse_visible, self.spec, value)
+        except _ProbeFailed as failed:
+            return None, f"parser failed: {failed.failure.error}"
+        if problem is not None and problem.startswith("parser returned"):
+            self._snapshot.fail(
+                self.plugin, f"probe parse_visible_devices of {self.name!r}", _Nonsense(problem)
+            )
+        return ids, problem
 
     @property
     def available(self) -> bool:
@@ -222,7 +233,9 @@ class Backend:
                 f"{self.name}: cannot read the current device: {failed.failure.error}"
             ) from None
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < max(self.count, 1):
-            raise DeviceError(f"{self.name}: current_index probe returned {index!r}, not a valid index")
+            problem = f"current_index returned {index!r}, not an index below {self.count}"
+            self._snapshot.fail(self.plugin, f"probe current_index of {self.name!r}", _Nonsense(problem))
+            raise DeviceError(f"{self.name}: {problem}")
         return index
 
     def device(self, index: int) -> Any:
@@ -249,9 +262,9 @@ class Backend:
                 f"{self.name}: cannot map index {index} to a device: {failed.failure.error}"
             ) from None
         if not isinstance(dev, torch.device) or dev.type != self.device_type:
-            raise DeviceError(
-                f"{self.name}: plugin mapped index {index} to {dev!r}, not a {self.device_type} device"
-            )
+            problem = f"device({index}) returned {dev!r}, not a {self.device_type} device"
+            self._snapshot.fail(self.plugin, f"probe device of {self.name!r}", _Nonsense(problem))
+            raise DeviceError(f"{self.name}: {problem}")
         return dev
 
     def memory(self, index: int) -> MemoryInfo | None:
@@ -331,7 +344,8 @@ def _count(value: Any) -> int:
 
 def parse_visible(spec: BackendSpec, value: str) -> tuple[tuple[str, ...] | None, str | None]:
     """``(physical ids, None)`` for a value of ``spec``'s visible-devices variable, or
-    ``(None, problem)``; the plugin's parser is contained like any probe."""
+    ``(None, problem)`` when the value is invalid or the parser answers nonsense. Any other
+    exception of a plugin's parser propagates (callers run it as a contained probe)."""
     parse = spec.parse_visible_devices
     if parse is None:
         from .visible import parse_visible_devices
@@ -343,11 +357,11 @@ def parse_visible(spec: BackendSpec, value: str) -> tuple[tuple[str, ...] | None
 
     try:
         ids = parse(value)
-        if isinstance(ids, str) or not all(isinstance(i, str) for i in ids):
-            raise TypeError(f"parser returned {ids!r}, not a sequence of str")
-        return tuple(ids), None
-    except Exception as exc:  # noqa: BLE001 - shown by `accelreg env`, never raised from a probe
+    except ValueError as exc:  # a value the runtime would not accept: the user's problem
         return None, str(exc)
+    if isinstance(ids, str) or not isinstance(ids, (list, tuple)) or not all(isinstance(i, str) for i in ids):
+        return None, f"parser returned {ids!r}, not a sequence of str"
+    return tuple(ids), None
 
 
 class Snapshot:
