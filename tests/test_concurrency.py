@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -36,9 +37,19 @@ def test_threads_never_see_a_half_built_registry():
             errors.append(exc)
 
     def writer():
+        # Each configuration stays until some reader has answered from it, so the
+        # readers really do race the change (a fast writer once finished all 20
+        # switches before any reader ran, and the test saw only one answer).
         try:
             for i in range(20):
-                accelreg.configure(priority=["xpu"] if i % 2 else ["cuda"])
+                want = "xpu" if i % 2 else "cuda"
+                mark = len(seen)
+                accelreg.configure(priority=[want])
+                deadline = time.monotonic() + 30
+                while not any(d.type == want for d in seen[mark:]):
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"no reader answered under priority={want!r} in 30 s")
+                    time.sleep(0.001)
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 

@@ -70,7 +70,15 @@ def status() -> list[dict[str, Any]]:
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:
-            out.append({"name": name, "library": trigger.split(".")[0], "version": None, "enabled": False, "note": str(exc)})
+            out.append(
+                {
+                    "name": name,
+                    "library": trigger.split(".")[0],
+                    "version": None,
+                    "enabled": False,
+                    "note": str(exc),
+                }
+            )
             continue
         out.append(mod.INTEGRATION.status())
     return out

@@ -94,7 +94,9 @@ class Integration:
             "version": self.version(),
             "supported": self.supported,
             "enabled": self.enabled,
-            "note": f"{len(self._installed)} holders patched" if self.enabled else f"tested with {self.supported}",
+            "note": f"{len(self._installed)} holders patched"
+            if self.enabled
+            else f"tested with {self.supported}",
         }
 
     # -- enable / disable ------------------------------------------------------------------
@@ -116,17 +118,27 @@ class Integration:
             except ImportError as exc:
                 raise IntegrationError(f"{self.name}: cannot import {seam.module}: {exc}") from exc
             owner, attr = _owner(module, seam.name)
-            original = inspect.getattr_static(owner, attr, None) if isinstance(owner, type) else getattr(owner, attr, None)
+            original = (
+                inspect.getattr_static(owner, attr, None)
+                if isinstance(owner, type)
+                else getattr(owner, attr, None)
+            )
             if original is None:
-                raise IntegrationError(f"{self.name}: {seam.module}.{seam.name} no longer exists in {self.distribution} {version}")
+                raise IntegrationError(
+                    f"{self.name}: {seam.module}.{seam.name} no longer exists in {self.distribution} {version}"
+                )
             func = getattr(original, "__func__", original)
             if getattr(func, _MARK, None) is not None:
-                raise IntegrationError(f"{self.name}: {seam.module}.{seam.name} is already patched by accelreg")
+                raise IntegrationError(
+                    f"{self.name}: {seam.module}.{seam.name} is already patched by accelreg"
+                )
             if seam.params:
                 try:
                     have = tuple(inspect.signature(func).parameters)
                 except (TypeError, ValueError) as exc:
-                    raise IntegrationError(f"{self.name}: cannot inspect {seam.module}.{seam.name}: {exc}") from exc
+                    raise IntegrationError(
+                        f"{self.name}: cannot inspect {seam.module}.{seam.name}: {exc}"
+                    ) from exc
                 missing = [p for p in seam.params if p not in have]
                 if missing:
                     raise IntegrationError(

@@ -109,7 +109,9 @@ def _first_accelerator(device_map: dict[str, Any]) -> Any:
 
 def _dispatch_model(original: Any) -> Any:
     @functools.wraps(original)
-    def dispatch_model(model: Any, device_map: dict[str, Any], main_device: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def dispatch_model(
+        model: Any, device_map: dict[str, Any], main_device: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
         if main_device is None and isinstance(device_map, dict):
             main_device = _first_accelerator(device_map)
         return original(model, device_map, main_device, *args, **kwargs)
@@ -132,7 +134,9 @@ def _qualified(device: Any) -> Any:
 
 def _set_module_tensor_to_device(original: Any) -> Any:
     @functools.wraps(original)
-    def set_module_tensor_to_device(module: Any, tensor_name: str, device: Any, value: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def set_module_tensor_to_device(
+        module: Any, tensor_name: str, device: Any, value: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
         device = _qualified(device)
         param = getattr(module, "_parameters", {}).get(tensor_name)
         if param is not None and _quantize_on_move(module, param, device):
@@ -161,7 +165,9 @@ def _quantize_on_move(module: Any, param: Any, device: Any) -> bool:
     return rule is not None and rule.may_live_on(device)
 
 
-def _move_quantized(module: Any, name: str, device: str, value: Any, param: Any, *args: Any, **kwargs: Any) -> None:
+def _move_quantized(
+    module: Any, name: str, device: str, value: Any, param: Any, *args: Any, **kwargs: Any
+) -> None:
     """What accelerate does for its two device types, for any accelerator: build the parameter
     on the CPU, then move it; bitsandbytes quantizes during the move."""
     import torch
@@ -200,21 +206,44 @@ INTEGRATION = Integration(
     distribution="accelerate",
     supported=">=1.15,<1.16",
     seams=[
-        Seam(_MODELING, "get_max_memory", _get_max_memory, params=("max_memory",),
-             importers=("accelerate.utils", "transformers.integrations.accelerate"),
-             why="per-device memory of the registry's current backend (no ladder)"),
-        Seam("accelerate.utils.memory", "clear_device_cache", _clear_device_cache, params=("garbage_collection",),
-             importers=("accelerate.hooks", "peft.utils.loftq_utils"),
-             why="empty the cache of the current backend"),
-        Seam("accelerate.big_modeling", "dispatch_model", _dispatch_model, params=("model", "device_map", "main_device"),
-             importers=("accelerate", "accelerate.utils.bnb", "transformers.integrations.accelerate"),
-             why="main_device = the map's first accelerator in forward order, not a hash-ordered set's"),
-        Seam(_MODELING, "set_module_tensor_to_device", _set_module_tensor_to_device,
-             params=("module", "tensor_name", "device", "value", "dtype", "fp16_statistics"),
-             importers=("accelerate.hooks", "accelerate.utils", "accelerate.utils.bnb"),
-             why="qualified devices; bitsandbytes quantize-on-move on every accelerator its rules allow"),
-        Seam("accelerate.state", "PartialState.default_device", _default_device,
-             why="the registry's device for this process"),
+        Seam(
+            _MODELING,
+            "get_max_memory",
+            _get_max_memory,
+            params=("max_memory",),
+            importers=("accelerate.utils", "transformers.integrations.accelerate"),
+            why="per-device memory of the registry's current backend (no ladder)",
+        ),
+        Seam(
+            "accelerate.utils.memory",
+            "clear_device_cache",
+            _clear_device_cache,
+            params=("garbage_collection",),
+            importers=("accelerate.hooks", "peft.utils.loftq_utils"),
+            why="empty the cache of the current backend",
+        ),
+        Seam(
+            "accelerate.big_modeling",
+            "dispatch_model",
+            _dispatch_model,
+            params=("model", "device_map", "main_device"),
+            importers=("accelerate", "accelerate.utils.bnb", "transformers.integrations.accelerate"),
+            why="main_device = the map's first accelerator in forward order, not a hash-ordered set's",
+        ),
+        Seam(
+            _MODELING,
+            "set_module_tensor_to_device",
+            _set_module_tensor_to_device,
+            params=("module", "tensor_name", "device", "value", "dtype", "fp16_statistics"),
+            importers=("accelerate.hooks", "accelerate.utils", "accelerate.utils.bnb"),
+            why="qualified devices; bitsandbytes quantize-on-move on every accelerator its rules allow",
+        ),
+        Seam(
+            "accelerate.state",
+            "PartialState.default_device",
+            _default_device,
+            why="the registry's device for this process",
+        ),
     ],
     scan_prefixes=LIBRARIES,
 )

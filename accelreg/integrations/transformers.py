@@ -87,7 +87,10 @@ def _budgets(max_memory: dict[Any, Any] | None) -> dict[str, int]:
 
     if max_memory is None:
         return dict(planner.default_max_memory())
-    return {qualify(key) if not isinstance(key, str) or key not in ("cpu", "disk") else key: value for key, value in max_memory.items()}
+    return {
+        qualify(key) if not isinstance(key, str) or key not in ("cpu", "disk") else key: value
+        for key, value in max_memory.items()
+    }
 
 
 def _get_device_map(original: Any) -> Any:
@@ -98,7 +101,10 @@ def _get_device_map(original: Any) -> Any:
         from ..sizes import parse_size
 
         if getattr(model, "_no_placement_params", None) is not None:
-            log.info("%s declares _no_placement_params; planning with transformers' own planner", type(model).__name__)
+            log.info(
+                "%s declares _no_placement_params; planning with transformers' own planner",
+                type(model).__name__,
+            )
             return original(model, normalize_device_map(device_map), max_memory, hf_quantizer)
         if isinstance(device_map, dict):
             device_map = normalize_device_map(device_map)
@@ -137,7 +143,9 @@ def _expand_device_map(original: Any) -> Any:
                     out[param] = device_map[name]
                     break
                 if not name:
-                    raise DeviceMapError(f"the device map does not cover {param!r} (and has no '' entry)", [param])
+                    raise DeviceMapError(
+                        f"the device map does not cover {param!r} (and has no '' entry)", [param]
+                    )
                 name = name.rpartition(".")[0]
         return out
 
@@ -184,23 +192,56 @@ INTEGRATION = Integration(
     distribution="transformers",
     supported=">=5.24,<5.25",
     seams=[
-        Seam(_TIA, "check_and_set_device_map", _check_and_set_device_map, params=("device_map",),
-             importers=("transformers.modeling_utils",), fingerprint="db357c9a225aaa8c",
-             why="resolve ints, backend names and devices in device_map through the registry"),
-        Seam(_TIA, "_get_device_map", _get_device_map, params=("model", "device_map", "max_memory", "hf_quantizer"),
-             importers=("transformers.modeling_utils",), fingerprint="8eda91cde8320e2a",
-             why="plan strategies with accelreg.plan_device_map; validate user maps"),
-        Seam(_TIA, "expand_device_map", _expand_device_map, params=("device_map", "param_names"),
-             importers=("transformers.modeling_utils",), fingerprint="9894d0c8ddc2f442",
-             why="longest-dotted-prefix matching; no silent fallback"),
-        Seam("transformers.quantizers.quantizer_bnb_8bit", "Bnb8BitHfQuantizer.update_device_map", _update_device_map,
-             params=("self", "device_map"), fingerprint="88d442cd5be19af8",
-             why="default device of an 8-bit load from the registry"),
-        Seam("transformers.quantizers.quantizer_bnb_4bit", "Bnb4BitHfQuantizer.update_device_map", _update_device_map,
-             params=("self", "device_map"), fingerprint="88d442cd5be19af8",
-             why="default device of a 4-bit load from the registry"),
-        Seam("transformers.quantizers.base", "HfQuantizer.postprocess_model", _postprocess_model,
-             params=("self", "model"), why="attach the quantized-weight placement rules after loading"),
+        Seam(
+            _TIA,
+            "check_and_set_device_map",
+            _check_and_set_device_map,
+            params=("device_map",),
+            importers=("transformers.modeling_utils",),
+            fingerprint="db357c9a225aaa8c",
+            why="resolve ints, backend names and devices in device_map through the registry",
+        ),
+        Seam(
+            _TIA,
+            "_get_device_map",
+            _get_device_map,
+            params=("model", "device_map", "max_memory", "hf_quantizer"),
+            importers=("transformers.modeling_utils",),
+            fingerprint="8eda91cde8320e2a",
+            why="plan strategies with accelreg.plan_device_map; validate user maps",
+        ),
+        Seam(
+            _TIA,
+            "expand_device_map",
+            _expand_device_map,
+            params=("device_map", "param_names"),
+            importers=("transformers.modeling_utils",),
+            fingerprint="9894d0c8ddc2f442",
+            why="longest-dotted-prefix matching; no silent fallback",
+        ),
+        Seam(
+            "transformers.quantizers.quantizer_bnb_8bit",
+            "Bnb8BitHfQuantizer.update_device_map",
+            _update_device_map,
+            params=("self", "device_map"),
+            fingerprint="88d442cd5be19af8",
+            why="default device of an 8-bit load from the registry",
+        ),
+        Seam(
+            "transformers.quantizers.quantizer_bnb_4bit",
+            "Bnb4BitHfQuantizer.update_device_map",
+            _update_device_map,
+            params=("self", "device_map"),
+            fingerprint="88d442cd5be19af8",
+            why="default device of a 4-bit load from the registry",
+        ),
+        Seam(
+            "transformers.quantizers.base",
+            "HfQuantizer.postprocess_model",
+            _postprocess_model,
+            params=("self", "model"),
+            why="attach the quantized-weight placement rules after loading",
+        ),
     ],
     scan_prefixes=LIBRARIES,
 )

@@ -1,0 +1,220 @@
+"""``accelreg plan MODEL``: build a model on the meta device from its config and plan its device map.
+
+MODEL is a transformers model type (``gpt2``, ``llama``, ``t5``: its default config) or a local
+directory holding a ``config.json``; nothing is downloaded and no weights are read. The model is
+built with ``AutoModelForCausalLM.from_config``, else ``AutoModelForSeq2SeqLM``, else
+``AutoModel``, under ``torch.device("meta")``; remote code is never run. ``--quantization``
+sizes the model as bitsandbytes 8-bit / 4-bit from the placement rules without replacing any
+module (see docs/planner.md). Exit codes are those of :mod:`accelreg.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import DeviceError, DeviceMapError
+
+__all__ = ["add_plan_parser", "build_meta_model", "parse_max_memory"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(ValueError):
+    """A bad command-line value (exit 2)."""
+
+
+def parse_max_memory(text: str) -> dict[Any, str]:
+    """``"npu:0=20GiB,npu:1=20GiB,cpu=64GiB"`` -> ``{"npu:0": "20GiB", ...}`` (``0=...`` -> int key)."""
+    out: dict[Any, str] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise UsageError(f"--max-memory item {item!r} is not DEVICE=SIZE (e.g. npu:0=20GiB)")
+        parsed: Any = int(key) if key.isdecimal() and key.isascii() else key
+        if parsed in out:
+            raise UsageError(f"--max-memory names {key!r} twice")
+        out[parsed] = value
+    if not out:
+        raise UsageError("--max-memory is empty; give DEVICE=SIZE[,DEVICE=SIZE...]")
+    return out
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    import transformers
+
+    previous = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(previous)
+
+
+def build_meta_model(spec: str) -> tuple[Any, str]:
+    """``(model on meta, what was built)`` for a model type or a local config directory."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    with _quiet_transformers():
+        path = Path(spec)
+        if path.is_dir():
+            if not (path / "config.json").is_file():
+                raise UsageError(f"{spec!r} is a directory without a config.json")
+            config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+            source = f"{spec} ({config.model_type})"
+        else:
+            if spec not in CONFIG_MAPPING:
+                close = difflib.get_close_matches(spec, list(CONFIG_MAPPING.keys()), n=5)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise UsageError(
+                    f"{spec!r} is neither a transformers model type nor a directory with a config.json{hint}"
+                )
+            config = AutoConfig.for_model(spec)
+            source = f"{spec} (default config)"
+        errors = []
+        for auto in (AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModel):
+            try:
+                with torch.device("meta"):
+                    model = auto.from_config(config)
+            except ValueError as exc:  # this auto class has no mapping for the config
+                errors.append(f"{auto.__name__}: {exc}")
+                continue
+            return model, f"{source} as {type(model).__name__}"
+    raise UsageError(f"transformers cannot build {spec!r}: " + "; ".join(e[:200] for e in errors))
+
+
+def add_plan_parser(subparsers: Any) -> None:
+    """Register ``accelreg plan`` on the ``accelreg`` command's subparsers."""
+    from .planner import STRATEGIES
+
+    p = subparsers.add_parser(
+        "plan",
+        help="plan a tied-weight-aware device map for a model built on the meta device",
+        description=(
+            "Plan a device map for MODEL (a transformers model type such as gpt2, or a local directory "
+            "with a config.json), built on the meta device: no download, no weights."
+        ),
+    )
+    p.add_argument("model", metavar="MODEL", help="transformers model type or local config directory")
+    p.add_argument(
+        "--max-memory",
+        metavar="DEV=SIZE[,...]",
+        help="budgets, e.g. npu:0=20GiB,npu:1=20GiB,cpu=64GiB,disk=1TB (default: this machine via the registry)",
+    )
+    p.add_argument("--dtype", help="dtype the weights will be loaded in: float16, bfloat16, float32, auto")
+    p.add_argument("--strategy", default="balanced", choices=list(STRATEGIES), help="default: balanced")
+    p.add_argument(
+        "--quantization", choices=["8bit", "4bit"], help="plan for bitsandbytes 8-bit or 4-bit weights"
+    )
+    p.add_argument(
+        "--no-split", metavar="CLASS[,CLASS]", help="module classes never split (default: the model's)"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plot", metavar="FILE", help="draw per-device memory bars to FILE.png or FILE.svg")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _fail(args: argparse.Namespace, code: int, message: str, violations: tuple[str, ...] = ()) -> int:
+    if args.json:
+        print(json.dumps({"error": message, "violations": list(violations)}, indent=2))
+    else:
+        print(f"accelreg plan: {message}", file=sys.stderr)
+        for line in violations:
+            print(f"  - {line}", file=sys.stderr)
+    return code
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from .planner import plan
+    from .planner.report import rows
+    from .sizes import format_size
+
+    try:
+        max_memory = parse_max_memory(args.max_memory) if args.max_memory is not None else None
+        no_split = [c.strip() for c in args.no_split.split(",") if c.strip()] if args.no_split else None
+        if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg"):
+            raise UsageError(f"--plot {args.plot!r}: the file name must end in .png or .svg")
+        started = time.perf_counter()
+        model, built = build_meta_model(args.model)
+        build_s = time.perf_counter() - started
+        dtype = args.dtype or ("float16" if args.quantization else None)
+        started = time.perf_counter()
+        result = plan(
+            model,
+            max_memory,
+            no_split_module_classes=no_split,
+            strategy=args.strategy,
+            dtype=dtype,
+            quantization=args.quantization,
+        )
+        plan_s = time.perf_counter() - started
+    except UsageError as exc:
+        return _fail(args, EXIT_USAGE, str(exc))
+    except DeviceMapError as exc:
+        return _fail(args, EXIT_FAILED, str(exc), exc.violations)
+    except DeviceError as exc:
+        return _fail(args, EXIT_FAILED, str(exc))
+    except (ValueError, TypeError) as exc:  # bad sizes, keys or dtype in the arguments
+        return _fail(args, EXIT_USAGE, str(exc))
+
+    plotted = None
+    if args.plot:
+        try:
+            plotted = str(_plot(result, args.plot, built))
+        except ImportError:
+            return _fail(args, EXIT_FAILED, "--plot needs matplotlib (pip install 'accelreg[plot]')")
+
+    if args.json:
+        data = result.as_dict()
+        data.update(
+            model=args.model,
+            built=built,
+            parameters=sum(p.numel() for p in model.parameters()),
+            build_seconds=round(build_s, 4),
+            plan_seconds=round(plan_s, 4),
+            plot=plotted,
+        )
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+
+    from .cli import _table
+
+    dtype_note = result.dtype or "checkpoint dtypes"
+    quant = f", {result.quantization}" if result.quantization else ""
+    print(
+        f"{built}: {format_size(result.total)} in {dtype_note}{quant}; strategy {result.strategy}; "
+        f"budgets from {result.budgets.source}"
+    )
+    print()
+    print(_table(rows(result), ["place", "used", "budget", "headroom", "share", "layers"]))
+    for note in result.notes:
+        print(f"note: {note}")
+    print()
+    print("device_map:")
+    width = max((len(k) for k in result.device_map), default=0)
+    for key, place in result.device_map.items():
+        print(f"  {(key or '(whole model)').ljust(width)}  {place}")
+    print()
+    print(f"built on meta in {build_s:.2f} s; planned in {1000 * plan_s:.1f} ms")
+    if plotted:
+        print(f"plot written to {plotted}")
+    return EXIT_OK
+
+
+def _plot(result: Any, path: str, title: str) -> Path:
+    from .planner.plot import plot_plan
+
+    return plot_plan(result, path, title=title)

@@ -1,0 +1,32 @@
+"""Tied-weight-aware device-map planner: ``plan_device_map`` and ``check_device_map``.
+
+The pieces, one job each: :mod:`~.layout` (the model as tensors, atoms and units),
+:mod:`~.budgets` (``max_memory`` or the registry), :mod:`~.quantization` (bitsandbytes sizes and
+pins), :mod:`~.packing` (placing units), :mod:`~.maps` (writing and reading maps),
+:mod:`~.check` (violations), :mod:`~.plan` (the public functions), :mod:`~.report` and
+:mod:`~.plot` (summaries for people). See docs/planner.md.
+"""
+
+from __future__ import annotations
+
+from .budgets import RESERVE
+from .plan import STRATEGIES, PlaceUsage, Plan, check_device_map, plan, plan_device_map
+
+__all__ = [
+    "RESERVE",
+    "STRATEGIES",
+    "PlaceUsage",
+    "Plan",
+    "check_device_map",
+    "default_max_memory",
+    "plan",
+    "plan_device_map",
+]
+
+
+def default_max_memory() -> dict[str, int]:
+    """This machine's budgets as ``plan_device_map(max_memory=None)`` uses them: each available
+    accelerator's free memory and the host's available memory, less :data:`RESERVE`; no disk."""
+    from .budgets import registry_budgets
+
+    return registry_budgets().as_dict()

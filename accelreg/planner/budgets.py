@@ -1,0 +1,163 @@
+"""Memory budgets: normalise a ``max_memory`` mapping, or ask the registry for this machine's.
+
+Keys are fully qualified device strings (``"npu:0"``: taken as given, even when that backend is
+absent here, so a laptop can plan for a cluster node), bare ``int`` indices (resolved through
+the registry: ``0`` -> ``"npu:0"`` on an Ascend node, :class:`~accelreg.DeviceError` without an
+accelerator), ``torch.device`` objects, ``"cpu"`` and ``"disk"``. Values are bytes or size
+strings (see :mod:`accelreg.sizes`).
+
+Accelerators are tried in a fixed order: backends in the order their first key appears, devices
+of one backend by index. ``cpu`` and ``disk`` are only used when they have a budget.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DeviceMapError
+from ..sizes import parse_size
+
+__all__ = ["RESERVE", "Budgets", "device_key", "parse_budgets", "registry_budgets"]
+
+#: Fraction of each device's free memory (and of the host's available memory) left unplanned
+#: when budgets come from the registry: room for activations, allocator fragmentation and the
+#: runtime itself. transformers keeps the same 10 % on a lone device and on the cpu.
+RESERVE = 0.10
+
+_DEVICE = re.compile(r"([a-z][a-z0-9_]*)(?::([0-9]{1,9}))?")
+_NOT_PLACES = frozenset({"meta", "auto", "balanced", "balanced_low_0", "sequential"})
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Budgets in planning order.
+
+    Attributes:
+        accelerators: ``(device, bytes)`` pairs, in the order devices are filled.
+        cpu: Bytes on the host, or ``None`` when the cpu may not be used.
+        disk: Bytes on disk, or ``None`` when disk offload may not be used.
+        source: ``"max_memory"`` or ``"registry"``.
+    """
+
+    accelerators: tuple[tuple[str, int], ...]
+    cpu: int | None
+    disk: int | None
+    source: str = "max_memory"
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"npu:0": ..., "cpu": ..., "disk": ...}`` in planning order."""
+        out = dict(self.accelerators)
+        if self.cpu is not None:
+            out["cpu"] = self.cpu
+        if self.disk is not None:
+            out["disk"] = self.disk
+        return out
+
+    @property
+    def backend(self) -> str:
+        """The backend whose placement rules apply: the first accelerator's, else ``"cpu"``."""
+        for device, _ in self.accelerators:
+            return device.split(":", 1)[0]
+        return "cpu"
+
+
+def device_key(key: Any, *, what: str = "max_memory key") -> str:
+    """A device-map place as a fully qualified string: ``"npu:0"``, ``"cpu"``, ``"disk"``.
+
+    Strings are checked for form only (so absent backends work); ints go through the registry.
+    """
+    import torch
+
+    if isinstance(key, bool):
+        raise TypeError(f"{what} {key!r} is a bool, not a device")
+    if isinstance(key, int):
+        from ..resolution import qualify
+
+        if key < 0:
+            raise ValueError(f"{what} {key}: device indices are never negative")
+        return qualify(key)
+    if isinstance(key, torch.device):
+        key = str(key)
+    if not isinstance(key, str):
+        raise TypeError(
+            f"{what} {key!r}: expected a device string such as 'npu:0', an int index, 'cpu' or 'disk'"
+        )
+    m = _DEVICE.fullmatch(key)
+    if m is None:
+        raise ValueError(
+            f"{what} {key!r} is not a device: expected 'name:index' such as 'npu:0', 'cpu' or 'disk'"
+        )
+    name, index = m.group(1), m.group(2)
+    if name in _NOT_PLACES:
+        raise ValueError(f"{what} {key!r} is not a place weights can live on (use a device, 'cpu' or 'disk')")
+    if name in ("cpu", "disk"):
+        if index not in (None, "0"):
+            raise ValueError(f"{what} {key!r}: {name} has no index")
+        return name
+    return f"{name}:{int(index)}" if index is not None else name
+
+
+def parse_budgets(max_memory: Mapping[Any, Any]) -> Budgets:
+    """Normalise a ``max_memory`` mapping (see the module docstring)."""
+    if not isinstance(max_memory, Mapping):
+        raise TypeError(
+            f"max_memory must be a mapping such as {{'npu:0': '20GiB', 'cpu': '64GiB'}}, got {type(max_memory).__name__}"
+        )
+    seen: dict[str, Any] = {}
+    cpu = disk = None
+    accelerators: list[tuple[str, int]] = []
+    for key, value in max_memory.items():
+        device = device_key(key)
+        if device in seen:
+            raise ValueError(f"max_memory names {device!r} twice (as {seen[device]!r} and {key!r})")
+        seen[device] = key
+        size = parse_size(value, what=f"max_memory[{key!r}]")
+        if device == "cpu":
+            cpu = size
+        elif device == "disk":
+            disk = size
+        else:
+            accelerators.append((device, size))
+    backends: dict[str, int] = {}
+    for device, _ in accelerators:
+        backends.setdefault(device.split(":", 1)[0], len(backends))
+
+    def order(item: tuple[str, int]) -> tuple[int, int]:
+        name, _, index = item[0].partition(":")
+        return backends[name], int(index) if index else -1
+
+    accelerators.sort(key=order)
+    return Budgets(tuple(accelerators), cpu, disk, "max_memory")
+
+
+def registry_budgets() -> Budgets:
+    """This machine's budgets: every available accelerator's free memory and the host's
+    available memory, each less :data:`RESERVE`; no disk."""
+    from .. import registry
+
+    snap = registry.get()
+    accelerators: list[tuple[str, int]] = []
+    cpu = None
+    for b in snap.order:
+        if b.name == "cpu":
+            info = b.memory(0)
+            if info is None:
+                raise DeviceMapError(
+                    "the cpu backend reports no memory information; pass max_memory explicitly"
+                )
+            cpu = int(info.free * (1 - RESERVE))
+            continue
+        if not b.available:
+            continue
+        for i, device in enumerate(b.info().devices()):
+            info = b.memory(i)
+            if info is None:
+                raise DeviceMapError(
+                    f"{device} reports no memory information (backend {b.name!r} has no memory_info probe); "
+                    "pass max_memory explicitly"
+                )
+            accelerators.append((device, int(info.free * (1 - RESERVE))))
+    return Budgets(tuple(accelerators), cpu, None, "registry")

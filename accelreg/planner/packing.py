@@ -1,0 +1,590 @@
+"""Place indivisible units on devices: contiguous runs in forward order, offload only what must go.
+
+This module knows nothing about torch or models: a :class:`Problem` is a sequence of unit sizes
+in forward order, the budgets, and per-unit facts (largest layer, whether it is a no-split
+block, where it may be offloaded). :func:`solve` returns a target per unit: accelerator index
+``0..k-1``, :data:`CPU` (``k``) or :data:`DISK` (``k + 1``).
+
+The rules (see docs/planner.md):
+
+* Accelerators are filled in order; forward order is contiguous: the accelerator index never
+  decreases along the sequence. A unit that fits on no remaining accelerator goes to the cpu
+  (then disk) while the units after it stay on accelerators.
+* Offload headroom: when anything is on cpu or disk, the *main* device (the first accelerator
+  holding anything; accelerate runs offloaded layers there) keeps room for the largest offloaded
+  layer, and the cpu keeps room for the largest disk layer. Found by a fixpoint: plan, measure
+  the offloaded layers, reserve, plan again.
+* ``sequential`` fills each device as far as it goes; ``balanced`` minimises the largest device
+  load (binary search on a load cap, each probe ``O(k log n)`` with prefix sums), then places
+  each cut near ``remaining / devices left``; ``balanced_low_0`` puts as little as possible on
+  the first device. Cuts next to a no-split block are preferred (a cut between two plain leaves,
+  e.g. ``wte`` | ``wpe``, can separate tensors a parent's ``forward`` adds together).
+* If the contiguous plan offloads but the units fit on the accelerators when packed out of
+  order, the packed plan wins (an extra device boundary costs less than streaming weights). If
+  the contiguous plan cannot place everything, first-fit packings and then (for a few units) an
+  exact search are tried before :class:`NoFit` is raised.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["NoFit", "Problem", "Solution", "solve", "validate"]
+
+STRATEGIES = ("balanced", "balanced_low_0", "sequential")
+#: Exact search is tried for at most this many units (and this many search nodes).
+EXACT_UNITS = 16
+EXACT_NODES = 200_000
+_MAX_ROUNDS = 100
+
+
+@dataclass
+class Problem:
+    """Units in forward order and the budgets to place them in."""
+
+    sizes: Sequence[int]
+    layers: Sequence[int]
+    blocks: Sequence[bool]
+    cpu_ok: Sequence[bool]
+    disk_ok: Sequence[bool]
+    caps: Sequence[int]
+    cpu: int | None
+    disk: int | None
+    strategy: str = "balanced"
+
+    @property
+    def k(self) -> int:
+        return len(self.caps)
+
+
+@dataclass
+class Solution:
+    """A target per unit, and how it was found."""
+
+    targets: list[int]
+    method: str
+    main: int | None = None
+    reserve: int = 0
+    reserve_cpu: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class NoFit(Exception):
+    """No placement satisfies the budgets; ``reasons`` says why, one line each."""
+
+    def __init__(self, reasons: list[str], failed: list[int]) -> None:
+        super().__init__("; ".join(reasons))
+        self.reasons = reasons
+        self.failed = failed
+        #: ``(unit, device, shortfall)`` for units that must stay on an accelerator but found no room
+        self.needs: list[tuple[int, int, int]] = []
+        self.on: list[int] = []
+        self.device: list[int] = []
+
+
+# -- validity -----------------------------------------------------------------------------
+def validate(p: Problem, targets: Sequence[int]) -> list[str]:
+    """Every broken budget or placement rule of ``targets``, as ``(kind, detail)`` lines."""
+    k = p.k
+    cpu_t, disk_t = k, k + 1
+    loads = [0] * (k + 2)
+    main = None
+    off_layer = disk_layer = 0
+    problems: list[str] = []
+    for u, t in enumerate(targets):
+        s = p.sizes[u]
+        loads[t] += s
+        if t < k:
+            if main is None:
+                main = t
+        else:
+            off_layer = max(off_layer, p.layers[u])
+            if t == disk_t:
+                disk_layer = max(disk_layer, p.layers[u])
+                if not p.disk_ok[u]:
+                    problems.append(f"unit {u} may not live on disk")
+                if p.disk is None:
+                    problems.append(f"unit {u} on disk, which has no budget")
+            elif not p.cpu_ok[u]:
+                problems.append(f"unit {u} may not live on cpu")
+            elif p.cpu is None:
+                problems.append(f"unit {u} on cpu, which has no budget")
+    for d in range(k):
+        need = loads[d] + (off_layer if d == main else 0)
+        if need > p.caps[d]:
+            problems.append(f"accelerator {d}: {need} > {p.caps[d]}")
+    if p.cpu is not None and loads[cpu_t] + disk_layer > p.cpu:
+        problems.append(f"cpu: {loads[cpu_t] + disk_layer} > {p.cpu}")
+    if p.disk is not None and loads[disk_t] > p.disk:
+        problems.append(f"disk: {loads[disk_t]} > {p.disk}")
+    return problems
+
+
+def _measure(p: Problem, targets: Sequence[int]) -> tuple[int | None, int, int]:
+    """``(main, largest offloaded layer, largest disk layer)`` of a placement."""
+    k = p.k
+    main = None
+    off = disk = 0
+    for u, t in enumerate(targets):
+        if t < k:
+            if main is None:
+                main = t
+        else:
+            layer = p.layers[u]
+            if layer > off:
+                off = layer
+            if t == k + 1 and layer > disk:
+                disk = layer
+    return main, off, disk
+
+
+# -- contiguous segments over the on-accelerator sequence ---------------------------------
+class _Runs:
+    """Contiguous segmentations of a size sequence over devices with caps (prefix sums)."""
+
+    def __init__(self, sizes: Sequence[int], blocks: Sequence[bool], caps: Sequence[int]) -> None:
+        n = len(sizes)
+        prefix = [0] * (n + 1)
+        acc = 0
+        for i, s in enumerate(sizes):
+            acc += s
+            prefix[i + 1] = acc
+        self.n, self.P, self.caps, self.k = n, prefix, list(caps), len(caps)
+        any_block = any(blocks)
+        pref = [True] * (n + 1)
+        if any_block:
+            for i in range(1, n):
+                pref[i] = blocks[i - 1] or blocks[i]
+        last = [0] * (n + 1)
+        nxt = [n] * (n + 1)
+        cur = 0
+        for i in range(n + 1):
+            if pref[i]:
+                cur = i
+            last[i] = cur
+        cur = n
+        for i in range(n, -1, -1):
+            if pref[i]:
+                cur = i
+            nxt[i] = cur
+        self.pref, self.last, self.next = pref, last, nxt
+        #: Cut only at preferred positions (next to a no-split block) when that still fits.
+        self.strict = any_block and self.feasible_strict()
+
+    def feasible_strict(self) -> bool:
+        self.strict = True
+        ok = self.feasible(0, 0)
+        self.strict = False
+        return ok
+
+    def end(self, start: int, cap: float) -> int:
+        """The furthest end such that ``sizes[start:end]`` fits in ``cap`` (a preferred cut in
+        strict mode, or ``start`` when none is reachable)."""
+        e = bisect_right(self.P, self.P[start] + cap, start, self.n + 1) - 1
+        if self.strict:
+            pe = self.last[e]
+            return pe if pe > start else start
+        return e
+
+    def feasible(self, start: int, d: int, cap: float | None = None) -> bool:
+        """Whether ``sizes[start:]`` fits on devices ``d..k-1`` (each also capped at ``cap``)."""
+        n, caps = self.n, self.caps
+        for j in range(d, self.k):
+            if start >= n:
+                return True
+            c = caps[j] if cap is None else min(caps[j], cap)
+            start = self.end(start, c)
+        return start >= n
+
+    def load(self, a: int, b: int) -> int:
+        return self.P[b] - self.P[a]
+
+    def sequential(self) -> list[int]:
+        """Fill each device as far as it goes, backing off to a preferred cut when that still fits."""
+        cuts = []
+        start = 0
+        for d in range(self.k):
+            e = self.end(start, self.caps[d])
+            if not self.strict and e < self.n and not self.pref[e]:
+                pe = self.last[e]
+                if pe > start and self.feasible(pe, d + 1):
+                    e = pe
+            cuts.append(e)
+            start = e
+        return cuts
+
+    def _min_cap(self, start: int, d: int, devices: int) -> int:
+        """The smallest per-device load cap under which ``sizes[start:]`` fits on ``d..k-1``."""
+        hi = max(self.caps[d:], default=0)
+        if start >= self.n or not self.feasible(start, d, hi):
+            return hi
+        P = self.P
+        biggest = max(P[i + 1] - P[i] for i in range(start, self.n))
+        lo = max(biggest, -(-(P[self.n] - P[start]) // max(devices, 1)))
+        if lo >= hi:
+            return hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.feasible(start, d, mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def balanced(self, start: int = 0, d_from: int = 0) -> list[int]:
+        """Cuts (one end index per device) minimising the largest load, then evening the rest."""
+        cuts = [start] * d_from
+        devices = [d for d in range(d_from, self.k) if self.caps[d] > 0]
+        cap = self._min_cap(start, d_from, len(devices))
+        n = self.n
+        for d in range(d_from, self.k):
+            if self.caps[d] <= 0 or start >= n:
+                cuts.append(start)
+                continue
+            left = sum(1 for j in devices if j >= d)
+            limit = min(self.caps[d], cap)
+            e_max = self.end(start, limit)
+            if left <= 1:
+                e = e_max
+            else:
+                target = (self.P[n] - self.P[start]) / left
+                e = self._choose(start, d, target, e_max, cap)
+            cuts.append(e)
+            start = e
+        return cuts
+
+    def _choose(self, start: int, d: int, target: float, e_max: int, cap: int) -> int:
+        lo = min(self.end(start, target), e_max)
+        options = {lo, min(lo + 1, e_max), self.last[lo], self.next[lo], self.next[min(lo + 1, e_max)]}
+        good = [
+            e
+            for e in options
+            if start < e <= e_max and (self.pref[e] or not self.strict) and self.feasible(e, d + 1, cap)
+        ]
+        if good:
+            return min(good, key=lambda e: (not self.pref[e], abs(self.load(start, e) - target), e))
+        if self.strict:  # the furthest preferred fill is feasible (greedy is optimal)
+            return e_max
+        # The furthest fill is always feasible; find the first feasible end before it.
+        a, b = start + 1, e_max
+        while a < b:
+            mid = (a + b) // 2
+            if self.feasible(mid, d + 1, cap):
+                b = mid
+            else:
+                a = mid + 1
+        return b
+
+    def low_zero(self) -> list[int]:
+        """As little as possible on the first device with a budget, the rest balanced."""
+        first = next((d for d in range(self.k) if self.caps[d] > 0), None)
+        if first is None:
+            return [0] * self.k
+        if self.feasible(0, first + 1):
+            p = 0
+        else:
+            e_max = self.end(0, self.caps[first])
+            a, b = 0, e_max
+            while a < b:
+                mid = (a + b) // 2
+                if self.feasible(mid, first + 1):
+                    b = mid
+                else:
+                    a = mid + 1
+            p = a
+            if not self.pref[p]:
+                q = self.next[p]
+                if q <= e_max and self.feasible(q, first + 1):
+                    p = q
+                elif self.strict:
+                    p = e_max
+        cuts = [0] * first + [p]
+        rest = self.balanced(p, first + 1)
+        return cuts + rest[first + 1 :]
+
+
+# -- the solver ---------------------------------------------------------------------------
+def solve(p: Problem) -> Solution:
+    """Place every unit of ``p`` (see the module docstring); raises :class:`NoFit`."""
+    if p.strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {p.strategy!r}")
+    n, k = len(p.sizes), p.k
+    if n == 0:
+        return Solution([], "empty")
+    forced = [False] * n  # offloaded to make room for a unit that must stay on an accelerator
+    keep = [not (p.cpu_ok[u] or p.disk_ok[u]) for u in range(n)]  # may not (or could not) be offloaded
+    reserve = reserve_cpu = 0
+    excluded: set[int] = set()
+    failure: NoFit | None = None
+    contiguous: Solution | None = None
+    for _ in range(_MAX_ROUNDS):
+        caps = [0 if d in excluded else c for d, c in enumerate(p.caps)]
+        main = next((d for d in range(k) if caps[d] > 0), None)
+        if main is not None and reserve:
+            if caps[main] <= reserve:
+                excluded.add(main)
+                continue
+            caps[main] -= reserve
+        try:
+            targets = _contiguous(p, caps, reserve_cpu, forced, keep)
+        except NoFit as exc:
+            failure = exc
+            if exc.needs:  # kept units found no room: offload what precedes them instead
+                if _make_room(p, exc, forced, keep):
+                    continue
+            elif any(not keep[u] for u in exc.failed):  # no room offloaded: keep them on accelerators
+                for u in exc.failed:
+                    keep[u] = True
+                    forced[u] = False
+                continue
+            break
+        used_main, off, disk = _measure(p, targets)
+        if reserve and used_main is not None and used_main != main:
+            excluded.update(d for d in range(k) if d < used_main)
+            continue
+        if (used_main is None or off <= reserve) and disk <= reserve_cpu:
+            if validate(p, targets):  # the reserves themselves do not fit (e.g. cpu too small to stage disk)
+                failure = NoFit(["offload headroom does not fit"], [])
+                break
+            contiguous = Solution(
+                targets, "contiguous", used_main, reserve if used_main is not None else 0, reserve_cpu
+            )
+            break
+        reserve, reserve_cpu = max(reserve, off), max(reserve_cpu, disk)
+    if contiguous is not None:
+        if any(t >= k for t in contiguous.targets) and sum(p.sizes) <= sum(p.caps):
+            packed = _pack_on_accelerators(p)
+            if packed is not None:
+                packed.notes.append("packed out of forward order: the contiguous plan would have offloaded")
+                return packed
+        return contiguous
+    for packer in (_first_fit_forward, _first_fit_decreasing):
+        sol = _with_headroom(p, packer)
+        if sol is not None:
+            sol.notes.append("packed out of forward order: no contiguous plan fits")
+            return sol
+    if n <= EXACT_UNITS:
+        sol = _exact(p)
+        if sol is not None:
+            sol.notes.append("found by exact search: no contiguous or first-fit plan fits")
+            return sol
+        raise failure or NoFit(["no placement satisfies every budget (exact search)"], [])
+    raise failure or NoFit(["no placement satisfies every budget"], [])
+
+
+def _contiguous(
+    p: Problem, caps: list[int], reserve_cpu: int, forced: list[bool], keep: list[bool]
+) -> list[int]:
+    """One contiguous placement for fixed caps; raises :class:`NoFit` with what went wrong."""
+    n, k = len(p.sizes), p.k
+    sizes = p.sizes
+    suffix = [0] * (k + 1)
+    for d in range(k - 1, -1, -1):
+        suffix[d] = max(caps[d], suffix[d + 1])
+    on: list[int] = []
+    device: list[int] = []  # the greedy's device of each unit in ``on``
+    off: list[int] = []
+    needs: list[tuple[int, int, int]] = []
+    j = next((d for d in range(k) if caps[d] > 0), k)
+    used = 0
+    biggest = max(caps, default=0)
+    tail = False  # the accelerators are exhausted: everything from here on is offloaded
+    for u in range(n):
+        if forced[u]:
+            off.append(u)
+            continue
+        s = sizes[u]
+        if not tail and j < k and used + s <= caps[j]:
+            used += s
+            on.append(u)
+            device.append(j)
+        elif not tail and j + 1 < k and suffix[j + 1] >= s:
+            jj = j + 1
+            while caps[jj] < s:
+                jj += 1
+            j, used = jj, s
+            on.append(u)
+            device.append(j)
+        elif keep[u]:
+            last = min(j, k - 1)
+            needs.append((u, last, (used + s - caps[last]) if k else s))
+        else:
+            off.append(u)
+            tail = tail or s <= biggest  # it would fit an accelerator, but none is left
+    if needs:
+        exc = NoFit(
+            [f"{len(needs)} unit(s) that must stay on an accelerator found no room"], [u for u, _, _ in needs]
+        )
+        exc.needs, exc.on, exc.device = needs, on, device
+        raise exc
+    targets = [0] * n
+    if on:
+        runs = _Runs([sizes[u] for u in on], [p.blocks[u] for u in on], caps)
+        if p.strategy == "sequential":
+            cuts = runs.sequential()
+        elif p.strategy == "balanced_low_0":
+            cuts = runs.low_zero()
+        else:
+            cuts = runs.balanced()
+        start = 0
+        for d, e in enumerate(cuts):
+            for i in range(start, e):
+                targets[on[i]] = d
+            start = max(start, e)
+        if start < len(on):  # cannot happen: the greedy above proved the sequence fits
+            raise AssertionError("contiguous segmentation lost units")
+    cpu_left = None if p.cpu is None else p.cpu - reserve_cpu
+    disk_left = p.disk
+    failed = []
+    for u in off:
+        s = sizes[u]
+        if p.cpu_ok[u] and cpu_left is not None and s <= cpu_left:
+            targets[u] = k
+            cpu_left -= s
+        elif p.disk_ok[u] and disk_left is not None and s <= disk_left:
+            targets[u] = k + 1
+            disk_left -= s
+        else:
+            failed.append(u)
+    if failed:
+        raise NoFit([f"{len(failed)} unit(s) fit nowhere"], failed)
+    return targets
+
+
+def _make_room(p: Problem, exc: NoFit, forced: list[bool], keep: list[bool]) -> bool:
+    """Offload the units just before each kept unit that found no room (nearest first, on its
+    device and then earlier ones) until the shortfall is covered."""
+    room = max(p.cpu or 0, p.disk or 0)
+    position = {u: i for i, u in enumerate(exc.on)}
+    freed_any = False
+    for u, _, deficit in exc.needs:
+        # the kept unit's place in the greedy sequence: just after the last placed unit before it
+        i = max((position[v] for v in exc.on if v < u), default=-1) if exc.on else -1
+        picked: list[int] = []
+        freed = 0
+        while i >= 0 and freed < deficit:
+            v = exc.on[i]
+            if not keep[v] and not forced[v] and 0 < p.sizes[v] <= room and (p.cpu_ok[v] or p.disk_ok[v]):
+                picked.append(v)
+                freed += p.sizes[v]
+            i -= 1
+        # drop picks that were not needed (small ones first): keep the offloaded set tight
+        for v in sorted(picked, key=lambda v: p.sizes[v]):
+            if freed - p.sizes[v] >= deficit:
+                picked.remove(v)
+                freed -= p.sizes[v]
+        for v in picked:
+            forced[v] = True
+            freed_any = True
+    return freed_any
+
+
+def _pack_on_accelerators(p: Problem) -> Solution | None:
+    for packer in (_first_fit_forward, _first_fit_decreasing):
+        targets = packer(p, list(p.caps), None, None, accelerators_only=True)
+        if targets is not None:
+            main, _, _ = _measure(p, targets)
+            return Solution(targets, packer.__name__.strip("_"), main)
+    return None
+
+
+def _first_fit_forward(p, caps, cpu, disk, *, accelerators_only=False, order=None):
+    k = p.k
+    free = [*caps, cpu if cpu is not None else -1, disk if disk is not None else -1]
+    targets = [0] * len(p.sizes)
+    for u in order if order is not None else range(len(p.sizes)):
+        s = p.sizes[u]
+        for t in range(k + (0 if accelerators_only else 2)):
+            if t == k and not p.cpu_ok[u]:
+                continue
+            if t == k + 1 and not p.disk_ok[u]:
+                continue
+            if free[t] >= s:
+                free[t] -= s
+                targets[u] = t
+                break
+        else:
+            return None
+    return targets
+
+
+def _first_fit_decreasing(p, caps, cpu, disk, *, accelerators_only=False):
+    order = sorted(range(len(p.sizes)), key=lambda u: -p.sizes[u])
+    return _first_fit_forward(p, caps, cpu, disk, accelerators_only=accelerators_only, order=order)
+
+
+def _with_headroom(p: Problem, packer) -> Solution | None:
+    """Run ``packer`` with the offload headroom reserved on each candidate main device in turn
+    (or on none, for a cpu/disk-only plan), growing the reserves until the placement is valid."""
+    k = p.k
+    for main in [*(d for d in range(k) if p.caps[d] > 0), None]:
+        reserve = reserve_cpu = 0
+        for _ in range(_MAX_ROUNDS):
+            caps = list(p.caps) if main is not None else [0] * k
+            if main is not None and reserve:
+                if caps[main] <= reserve:
+                    break
+                caps[main] -= reserve
+            cpu = None if p.cpu is None else p.cpu - reserve_cpu
+            if cpu is not None and cpu < 0:
+                break
+            targets = packer(p, caps, cpu, p.disk)
+            if targets is None:
+                break
+            used_main, off, disk = _measure(p, targets)
+            if not validate(p, targets):
+                return Solution(targets, packer.__name__.strip("_"), used_main, off, disk)
+            if off <= reserve and disk <= reserve_cpu:
+                break  # the reserves are in place but the main device differs: try another
+            reserve, reserve_cpu = max(reserve, off), max(reserve_cpu, disk)
+    return None
+
+
+def _exact(p: Problem) -> Solution | None:
+    """Depth-first search over every placement (largest units first), checking each leaf."""
+    n, k = len(p.sizes), p.k
+    order = sorted(range(n), key=lambda u: -p.sizes[u])
+    places = list(range(k)) + ([k] if p.cpu is not None else []) + ([k + 1] if p.disk is not None else [])
+    free = {t: (p.caps[t] if t < k else p.cpu if t == k else p.disk) for t in places}
+    targets = [0] * n
+    nodes = 0
+
+    def go(i: int) -> bool:
+        nonlocal nodes
+        nodes += 1
+        if nodes > EXACT_NODES:
+            raise _Budget
+        if i == n:
+            return not validate(p, targets)
+        u = order[i]
+        s = p.sizes[u]
+        tried_empty: set[int] = set()
+        for t in places:
+            if (t == k and not p.cpu_ok[u]) or (t == k + 1 and not p.disk_ok[u]):
+                continue
+            if free[t] < s:
+                continue
+            if t < k and free[t] == p.caps[t]:  # empty accelerators with equal caps are interchangeable
+                if p.caps[t] in tried_empty:
+                    continue
+                tried_empty.add(p.caps[t])
+            free[t] -= s
+            targets[u] = t
+            if go(i + 1):
+                return True
+            free[t] += s
+        return False
+
+    try:
+        if go(0):
+            main, off, disk = _measure(p, targets)
+            return Solution(list(targets), "exact", main, off, disk)
+    except _Budget:
+        return None
+    return None
+
+
+class _Budget(Exception):
+    pass
