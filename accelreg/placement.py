@@ -3,20 +3,35 @@
 A placement rule (yielded by plugins through ``accelreg_placement_rules``) says which
 state-dict keys belong to a quantized parameter and where they must be before the module's own
 loader runs. :func:`attach` puts a load-state-dict pre-hook and post-hook on every module a
-rule governs: the pre-hook moves the travelling keys to the device of the live parameter
+rule governs. The pre-hook moves the travelling keys to the device of the live parameter
 (resolved through the registry), drops keys the loader must not see and lets the rule's
 ``before_load`` adapter do library-specific work; the post-hook runs ``after_load`` and
 records what happened (see :func:`load_events`).
+
+The hooks live on the modules, so every caller of ``load_state_dict`` gets them: DeepSpeed's
+``load_checkpoint``, Trainer, accelerate and plain torch.
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
+from collections import deque
 from typing import Any
 
 from .errors import PlacementError
 from .types import PlacementRule
 
-__all__ = ["QUANT_METHODS", "attach", "detach", "load_events", "placement_rule", "rule_for_module"]
+__all__ = [
+    "QUANT_METHODS",
+    "attach",
+    "detach",
+    "live_device",
+    "load_events",
+    "placement_rule",
+    "rule_for_module",
+    "target_device",
+]
 
 #: Accepted spellings of each quantization method.
 QUANT_METHODS = {
@@ -30,38 +45,46 @@ QUANT_METHODS = {
 }
 
 
+def _score(plugin: Any, rule: PlacementRule, backend: str) -> int:
+    # exact backend (2) beats "*" (0); an external plugin (1) beats a built-in (0)
+    return (2 if rule.backend == backend else 0) + (0 if plugin.builtin else 1)
+
+
+def _best(candidates: Any, backend: str) -> PlacementRule | None:
+    best: tuple[int, PlacementRule] | None = None
+    for plugin, rule in candidates:
+        score = _score(plugin, rule, backend)
+        if best is None or score > best[0]:  # ties: the first registered wins
+            best = (score, rule)
+    return None if best is None else best[1]
+
+
 def placement_rule(backend: str, quant_method: str) -> PlacementRule:
     """The placement rule for ``quant_method`` weights on ``backend``.
 
     A rule for the exact backend beats a generic (``"*"``) one, and a rule from an external
-    plugin beats a built-in one. Raises :class:`~accelreg.errors.PlacementError` when no
-    plugin has a rule for the pair.
+    plugin beats a built-in one. Raises :class:`~accelreg.errors.PlacementError` when
+    ``backend`` is not registered or no plugin has a rule for the pair.
     """
     from . import registry
 
     if not isinstance(backend, str) or not isinstance(quant_method, str):
         raise TypeError("placement_rule(backend, quant_method) takes two strings")
+    snap = registry.get()
+    names = [b.name for b in snap.order]
+    if backend not in names:
+        raise PlacementError(f"no backend named {backend!r} is registered; registered: {', '.join(names)}")
     method = QUANT_METHODS.get(quant_method, quant_method)
-    best: tuple[int, PlacementRule] | None = None
-    for plugin, rule in registry.get().rules(backend):
-        if rule.quant_method != method or rule.backend not in (backend, "*"):
-            continue
-        score = (2 if rule.backend == backend else 0) + (0 if plugin.builtin else 1)
-        if best is None or score > best[0]:
-            best = (score, rule)
-    if best is None:
-        known = sorted({r.quant_method for _, r in registry.get().rules(backend)})
+    rules = snap.rules(backend)
+    found = _best(
+        ((p, r) for p, r in rules if r.quant_method == method and r.backend in (backend, "*")), backend
+    )
+    if found is None:
+        known = sorted({r.quant_method for _, r in rules if r.backend in (backend, "*")})
         raise PlacementError(
             f"no placement rule for {quant_method!r} on {backend!r}; known methods: {', '.join(known) or 'none'}"
         )
-    return best[1]
-
-
-# -- applying the rules on load -----------------------------------------------------------
-_HOOKS = "_accelreg_placement_hooks"
-_PENDING = "_accelreg_placement_pending"
-_EVENTS = "_accelreg_placement_events"
-_MAX_EVENTS = 10_000
+    return found
 
 
 def _class_names(cls: type) -> list[str]:
@@ -69,50 +92,46 @@ def _class_names(cls: type) -> list[str]:
 
 
 def rule_for_module(module: Any, backend: str) -> PlacementRule | None:
-    """The placement rule governing ``module`` on ``backend``, or ``None`` if none applies."""
+    """The placement rule governing ``module`` on ``backend``, or ``None`` if none applies.
+
+    A rule governs a module whose class (or a base class) it names in ``module_classes``.
+    """
     from . import registry
 
-    names = _class_names(type(module))
-    best: tuple[int, PlacementRule] | None = None
-    for plugin, rule in registry.get().rules(backend):
-        if rule.backend not in (backend, "*") or not any(n in rule.module_classes for n in names):
-            continue
-        score = (2 if rule.backend == backend else 0) + (0 if plugin.builtin else 1)
-        if best is None or score > best[0]:
-            best = (score, rule)
-    return None if best is None else best[1]
+    names = set(_class_names(type(module)))
+    return _best(
+        (
+            (p, r)
+            for p, r in registry.get().rules(backend)
+            if r.backend in (backend, "*") and names.intersection(r.module_classes)
+        ),
+        backend,
+    )
 
 
 def live_device(module: Any, rule: PlacementRule) -> Any:
     """Where ``module``'s quantized parameter lives (its execution device when offloaded)."""
-    param = getattr(module, rule.param)
-    device = param.device
+    device = getattr(module, rule.param).device
     if device.type == "meta":
-        hook = getattr(module, "_hf_hook", None)
-        execution = getattr(hook, "execution_device", None)
+        execution = getattr(getattr(module, "_hf_hook", None), "execution_device", None)
         if execution is None:
             raise PlacementError(
                 f"{type(module).__name__}.{rule.param} is on the meta device and no offload hook names its "
                 "execution device; cannot place its quantized state"
             )
-        return execution
+        import torch
+
+        return torch.device(execution) if not isinstance(execution, torch.device) else execution
     return device
 
 
 def target_device(module: Any, rule: PlacementRule) -> Any:
-    """The device the travelling keys must be on: the live parameter's, resolved (validated)
-    through the registry — never a device name assumed by the caller."""
+    """The device the travelling keys must be on before the module's loader runs: the device
+    of the live quantized parameter, resolved (validated) through the registry. Never a device
+    the caller assumed ("cuda"), never the checkpoint's (DeepSpeed always loads onto the cpu)."""
     from .resolution import resolve
 
-    device = resolve(live_device(module, rule))
-    if not rule.may_live_on(str(device)) and device.type != "meta":
-        backend = _backend_of(device)
-        if backend != "cpu":
-            raise PlacementError(
-                f"{type(module).__name__}: a {rule.quant_method} parameter may not live on {device} "
-                f"(rule for {rule.backend} from {rule.provider or 'a plugin'})"
-            )
-    return device
+    return resolve(live_device(module, rule))
 
 
 def _backend_of(device: Any) -> str:
@@ -130,6 +149,36 @@ def _travels(suffix: str, rule: PlacementRule) -> bool:
     return any(suffix == k or (k.endswith(".") and suffix.startswith(k)) for k in rule.travelling_keys)
 
 
+# -- applying the rules on load -----------------------------------------------------------
+_STATE = "_accelreg_placement"  # in module.__dict__ (never setattr: a Parameter would register)
+_PENDING = "_accelreg_placement_pending"
+_EVENTS_PER_MODULE = 64
+_seq = itertools.count()
+_seq_lock = threading.Lock()
+
+
+class _Attached:
+    """What :func:`attach` left on one module: its rule, hook handles and recent events."""
+
+    __slots__ = ("events", "post", "pre", "rule")
+
+    def __init__(self, rule: PlacementRule, pre: Any, post: Any) -> None:
+        self.rule, self.pre, self.post = rule, pre, post
+        self.events: deque[dict[str, Any]] = deque(maxlen=_EVENTS_PER_MODULE)
+
+
+def _rule_now(module: Any, attached: _Attached) -> PlacementRule:
+    """The rule for the backend the module lives on *now* (DeepSpeed or accelerate may have
+    moved it since :func:`attach`); the attached rule when that backend has none for it."""
+    try:
+        device = getattr(module, attached.rule.param).device
+        if device.type == "meta":
+            return attached.rule
+        return rule_for_module(module, _backend_of(device)) or attached.rule
+    except Exception:  # noqa: BLE001 - a registry problem must not hide the attached rule
+        return attached.rule
+
+
 def _pre_hook(
     module: Any,
     state_dict: dict[str, Any],
@@ -140,90 +189,133 @@ def _pre_hook(
     unexpected_keys: list[str],
     error_msgs: list[str],
 ) -> None:
-    rule: PlacementRule = module.__dict__[_HOOKS][0]
+    attached: _Attached | None = module.__dict__.get(_STATE)
+    if attached is None:
+        return
+    module.__dict__.pop(_PENDING, None)
+    rule = attached.rule
     keys = [k for k in state_dict if k.startswith(prefix) and _travels(k[len(prefix) :], rule)]
     if not keys:
         return  # nothing of this layer in the checkpoint (an adapter-only state dict)
+    now = _rule_now(module, attached)
+    if now is not rule:
+        rule = now
+        keys = [k for k in state_dict if k.startswith(prefix) and _travels(k[len(prefix) :], rule)]
     device = target_device(module, rule)
     for suffix in rule.dropped_keys:
         state_dict.pop(prefix + suffix, None)
     for key in keys:
         value = state_dict.get(key)
-        if hasattr(value, "to"):
+        if hasattr(value, "to") and getattr(value, "device", device) != device:
             state_dict[key] = value.to(device)
+    param = getattr(module, rule.param)
     event: dict[str, Any] = {
         "module": prefix[:-1],
         "quant_method": rule.quant_method,
         "device": str(device),
         "param_in_checkpoint": prefix + rule.param in state_dict,
+        "keys": sorted(k[len(prefix) :] for k in keys),
     }
+    if hasattr(param, "ds_shape"):
+        event["zero3_partitioned"] = True
     if rule.before_load is not None:
         rule.before_load(module, state_dict, prefix, device, event)
-    module.__dict__[_PENDING] = event
+    module.__dict__[_PENDING] = (rule, event)
 
 
 def _post_hook(module: Any, incompatible_keys: Any) -> None:
-    event = module.__dict__.pop(_PENDING, None)
-    if event is None:
+    pending = module.__dict__.pop(_PENDING, None)
+    attached: _Attached | None = module.__dict__.get(_STATE)
+    if pending is None or attached is None:
         return
-    rule, events = module.__dict__[_HOOKS][0], module.__dict__[_HOOKS][1]
+    rule, event = pending
     if rule.after_load is not None:
         rule.after_load(module, event)
     if not event["param_in_checkpoint"]:
-        event["note"] = f"the checkpoint lacks {event['module']}.{rule.param} (frozen parameters excluded?); live value kept"
-    if len(events) < _MAX_EVENTS:
-        events.append(event)
+        event.setdefault(
+            "note",
+            f"the checkpoint lacks {event['module'] or type(module).__name__}.{rule.param} "
+            "(frozen parameters excluded?); the live value was kept and the key stays missing",
+        )
+    with _seq_lock:
+        event["seq"] = next(_seq)
+    attached.events.append(event)
+
+
+def _first_device(module: Any) -> Any:
+    for tensors in (getattr(module, "_parameters", {}), getattr(module, "_buffers", {})):
+        for value in tensors.values():
+            if value is not None:
+                return value.device
+    return None
 
 
 def attach(model: Any, *, backend: str | None = None) -> dict[str, int]:
     """Attach load hooks applying the placement rules to every quantized module of ``model``.
 
-    Idempotent. The hooks live on the modules, so every caller of ``load_state_dict`` gets them
-    (DeepSpeed, Trainer, accelerate, plain torch). Returns ``{quant_method: modules}``.
-    ``backend`` overrides the backend whose rules apply (default: each module's own device's).
+    Idempotent (a module already attached, by this call or an integration, is counted and left
+    as is). The hooks live on the modules, so every caller of ``load_state_dict`` gets them.
+    Returns ``{quant_method: modules}``. ``backend`` overrides the backend whose rules apply
+    (default: the backend of each module's own device, looked up again at each load).
     """
-    events = model.__dict__.setdefault(_EVENTS, [])
     counts: dict[str, int] = {}
     for _, module in model.named_modules():
-        if _HOOKS in module.__dict__:
-            rule = module.__dict__[_HOOKS][0]
-            counts[rule.quant_method] = counts.get(rule.quant_method, 0) + 1
-            continue
-        weight = getattr(module, "_parameters", {}).get("weight")
-        if weight is None:
-            continue
-        device = weight.device if weight.device.type != "meta" else _meta_exec(module)
-        rule = rule_for_module(module, backend or _backend_of(device))
-        if rule is None:
-            continue
-        pre = module.register_load_state_dict_pre_hook(_pre_hook)
-        hooks = getattr(module, "_load_state_dict_pre_hooks", None)
-        if hooks is not None and hasattr(hooks, "move_to_end"):
-            hooks.move_to_end(pre.id, last=False)  # before the library's own pre-hooks
-        post = module.register_load_state_dict_post_hook(_post_hook)
-        module.__dict__[_HOOKS] = (rule, events, pre, post)
-        counts[rule.quant_method] = counts.get(rule.quant_method, 0) + 1
+        attached: _Attached | None = module.__dict__.get(_STATE)
+        if attached is None:
+            device = _first_device(module)
+            if device is None:
+                continue
+            if device.type == "meta":
+                device = _meta_exec(module)
+            rule = rule_for_module(module, backend or _backend_of(device))
+            if rule is None or not hasattr(module, rule.param):
+                continue
+            pre = module.register_load_state_dict_pre_hook(_pre_hook)
+            hooks = getattr(module, "_load_state_dict_pre_hooks", None)
+            if hooks is not None and hasattr(hooks, "move_to_end"):
+                hooks.move_to_end(pre.id, last=False)  # before the library's own pre-hooks
+            post = module.register_load_state_dict_post_hook(_post_hook)
+            attached = module.__dict__[_STATE] = _Attached(rule, pre, post)
+        method = attached.rule.quant_method
+        counts[method] = counts.get(method, 0) + 1
     return counts
 
 
 def _meta_exec(module: Any) -> Any:
     import torch
 
-    hook = getattr(module, "_hf_hook", None)
-    execution = getattr(hook, "execution_device", None)
+    execution = getattr(getattr(module, "_hf_hook", None), "execution_device", None)
     return torch.device(execution) if execution is not None else torch.device("cpu")
 
 
-def detach(model: Any) -> None:
-    """Remove the hooks :func:`attach` added."""
+def detach(model: Any) -> int:
+    """Remove the hooks :func:`attach` added; returns how many modules had them."""
+    removed = 0
     for _, module in model.named_modules():
-        hooks = module.__dict__.pop(_HOOKS, None)
-        if hooks is not None:
-            hooks[2].remove()
-            hooks[3].remove()
+        attached = module.__dict__.pop(_STATE, None)
+        module.__dict__.pop(_PENDING, None)
+        if attached is not None:
+            attached.pre.remove()
+            attached.post.remove()
+            removed += 1
+    return removed
 
 
-def load_events(model: Any) -> list[dict[str, Any]]:
-    """What the placement hooks did on each load into ``model`` (oldest first): module,
-    quant_method, device, whether the checkpoint carried the parameter, and notes."""
-    return list(model.__dict__.get(_EVENTS, ()))
+def load_events(model: Any, *, clear: bool = False) -> list[dict[str, Any]]:
+    """What the placement hooks did on loads into ``model``'s modules, oldest first.
+
+    Each event names the module (its key prefix in the loaded state dict), ``quant_method``,
+    the ``device`` the travelling keys were placed on, the ``keys`` that travelled, whether the
+    checkpoint carried the quantized parameter (``param_in_checkpoint``; when not, ``note``
+    says the live value was kept) and what the rule's adapter did. The last 64 events of each
+    module are kept; ``clear`` forgets them after reading.
+    """
+    events: list[dict[str, Any]] = []
+    for _, module in model.named_modules():
+        attached: _Attached | None = module.__dict__.get(_STATE)
+        if attached is not None:
+            events.extend(attached.events)
+            if clear:
+                attached.events.clear()
+    events.sort(key=lambda e: e["seq"])
+    return [dict(e) for e in events]

@@ -17,10 +17,15 @@ from . import _postimport
 __all__ = ["INTEGRATIONS", "install", "status", "uninstall"]
 
 #: Integration name -> (its module, the library module whose import enables it).
+#: name -> (integration module, the library module whose import enables it). The trigger is a
+#: module that is imported only once its package is complete: firing on a submodule the package
+#: ``__init__`` is still importing (``accelerate.utils.modeling``) would make ``enable()`` import
+#: from a partially initialised package (a circular-import error inside the user's import).
+#: transformers imports its submodules lazily, so ``modeling_utils`` is safe there.
 INTEGRATIONS: dict[str, tuple[str, str]] = {
-    "accelerate": ("accelreg.integrations.accelerate", "accelerate.utils.modeling"),
+    "accelerate": ("accelreg.integrations.accelerate", "accelerate"),
     "transformers": ("accelreg.integrations.transformers", "transformers.modeling_utils"),
-    "peft": ("accelreg.integrations.peft", "peft.peft_model"),
+    "peft": ("accelreg.integrations.peft", "peft"),
     "deepspeed": ("accelreg.integrations.deepspeed", "deepspeed"),
 }
 
