@@ -12,7 +12,7 @@ import torch
 
 import accelreg
 
-from ._fakes import plugin, spec
+from ._fakes import make_dist, plugin, spec
 
 PLUG = plugin(spec("cuda", 2, priority=100), spec("xpu", 3, priority=90))
 
@@ -33,6 +33,7 @@ def test_threads_never_see_a_half_built_registry():
                 assert d in allowed
                 assert order[-1] == "cpu" and order[0] in ("cuda", "xpu")
                 seen.append(d)
+                time.sleep(0.0005)  # let the writer run: 64 spinning readers starve it of the GIL
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 
@@ -64,6 +65,71 @@ def test_threads_never_see_a_half_built_registry():
         t.join()
     assert not errors, errors[:3]
     assert set(seen) == allowed
+
+
+_DIST_SOURCE = """
+import accelreg
+from accelreg.types import Availability, BackendSpec
+
+@accelreg.hookimpl
+def accelreg_backends():
+    for name, priority, count in (("cuda", 100, 2), ("xpu", 90, 3)):
+        yield BackendSpec(name=name, priority=priority, is_available=lambda: Availability(True, "fake"),
+                          device_count=lambda c=count: c, current_index=lambda: 0)
+"""
+
+
+def test_64_threads_resolving_while_another_resets_and_changes_priority(tmp_path, monkeypatch):
+    """The issue's scenario: the fake backends come from an installed distribution (entry
+    points), so ``reset()`` forgets the explicit priority but not the backends; each reader's
+    answer must come from one of the configurations that existed (cuda first or xpu first)."""
+    root = make_dist(tmp_path, "conc-accel", "1.0", "fakeplugin_conc_ep", _DIST_SOURCE, "conc")
+    monkeypatch.syspath_prepend(str(root))
+    accelreg.reset()
+    assert accelreg.resolve(1) == torch.device("cuda", 1)
+    stop = threading.Event()
+    seen: list[torch.device] = []
+    errors: list[BaseException] = []
+
+    def reader():
+        try:
+            while not stop.is_set():
+                backend = accelreg.current_backend().name
+                d = accelreg.resolve(1)
+                assert d in (torch.device("cuda", 1), torch.device("xpu", 1)), d
+                assert backend in ("cuda", "xpu"), backend
+                seen.append(d)
+                time.sleep(0.0005)  # let the writer run: 64 spinning readers starve it of the GIL
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def writer():
+        try:
+            for i in range(8):
+                mark = len(seen)
+                accelreg.reset()  # back to the default order: cuda first
+                if i % 2:
+                    accelreg.configure(priority=["xpu"])
+                want = "xpu" if i % 2 else "cuda"
+                deadline = time.monotonic() + 30
+                while not any(d.type == want for d in seen[mark:]):
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"no reader answered {want} in 30 s")
+                    time.sleep(0.001)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(64)]
+    for t in threads:
+        t.start()
+    w = threading.Thread(target=writer)
+    w.start()
+    w.join()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert {d.type for d in seen} == {"cuda", "xpu"} and len(seen) > 64
 
 
 def test_reset_during_resolution_keeps_answers_consistent():
