@@ -76,7 +76,8 @@ def env_report() -> dict[str, Any]:
         "failures": [f.__dict__ for f in snap.failures],
         "skipped": [{"plugin": p, "distribution": d, "why": w} for p, d, w in snap.skipped],
         "warnings": list(snap.warnings),
-        "integrations": _integrations(),
+        "integrations": (integrations := _integrations()),
+        "integrations_scope": _integrations_scope(integrations),
     }
 
 
@@ -100,6 +101,15 @@ def _integrations() -> list[dict[str, Any]]:
     except ImportError:
         return []
     return status()
+
+
+def _integrations_scope(items: list[dict[str, Any]]) -> str:
+    if any(i.get("enabled") or i.get("pending") for i in items):
+        return "as enabled in this process"
+    return (
+        "per process, and none is enabled in this one; each line says what "
+        "accelreg.install() would do in a process that calls it"
+    )
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -145,11 +155,21 @@ def _cmd_env(args: argparse.Namespace) -> int:
         if b["visible_devices_error"]:
             print(f"visible devices of {b['name']}: {b['visible_devices_error']}")
     if report["integrations"]:
-        print("\nintegrations:")
+        print(f"\nintegrations: {report['integrations_scope']}")
         for item in report["integrations"]:
-            state = "enabled" if item["enabled"] else "not enabled"
+            state = "enabled" if item["enabled"] else "pending" if item.get("pending") else "not enabled"
             version = item.get("version") or "not installed"
-            print(f"  {item['name']}: {state} ({item['library']} {version}; {item.get('note', '')})".rstrip())
+            if item.get("version") and item.get("supported"):
+                version += f", {'in' if item.get('in_range') else 'OUTSIDE'} tested range {item['supported']}"
+            print(f"  {item['name']}: {state} ({item['library']} {version})")
+            if item.get("install"):
+                print(f"      {item['install']}")
+            note = item.get("note") or ""
+            tested = f"tested with {item.get('supported')}"
+            if note.startswith(tested):  # already said on the first line
+                note = note[len(tested) :].lstrip("; ")
+            if note:
+                print(f"      {note}")
     if report["skipped"]:
         print("\nskipped plugins:")
         for item in report["skipped"]:

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["when_imported"]
+__all__ = ["cancel", "pending", "when_imported"]
 
 _lock = threading.RLock()
 _waiting: dict[str, list[Callable[[Any], None]]] = {}
@@ -85,3 +85,9 @@ def cancel(name: str) -> None:
         _waiting.pop(name, None)
         if not _waiting and _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
+
+
+def pending(name: str) -> bool:
+    """Whether callbacks are waiting for ``name`` to be imported."""
+    with _lock:
+        return bool(_waiting.get(name))

@@ -76,23 +76,29 @@ class Integration:
     # -- state ----------------------------------------------------------------------------
     @property
     def enabled(self) -> bool:
+        """Whether the seams are installed in this process."""
         return bool(self._installed)
 
     def version(self) -> str | None:
+        """The installed version of :attr:`distribution` (``None`` when not installed)."""
         try:
             return metadata.version(self.distribution)
         except metadata.PackageNotFoundError:
             return None
 
     def available(self) -> bool:
+        """Whether the library is installed (its version may still be untested)."""
         return self.version() is not None
 
     def status(self) -> dict[str, Any]:
+        """``name``, ``library``, ``version``, ``supported``, ``in_range``, ``enabled``, ``note``."""
+        version = self.version()
         return {
             "name": self.name,
             "library": self.distribution,
-            "version": self.version(),
+            "version": version,
             "supported": self.supported,
+            "in_range": None if version is None else _in_range(version, self.supported),
             "enabled": self.enabled,
             "note": f"{len(self._installed)} holders patched"
             if self.enabled
@@ -166,6 +172,12 @@ class Integration:
             try:
                 for seam, owner, original in checked:
                     for name in seam.importers:
+                        # Only where the importer's package is already loaded: importing it
+                        # here would drag in a whole library (transformers, peft) the user may
+                        # never import. One imported later takes the replacement from the
+                        # patched holder, and disable() finds it by its scan.
+                        if name.partition(".")[0] not in sys.modules:
+                            continue
                         try:
                             importlib.import_module(name)
                         except ImportError:
@@ -253,9 +265,12 @@ def _owner(module: Any, dotted: str) -> tuple[Any, str]:
 
 def _in_range(version: str, spec: str) -> bool:
     from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
+    from packaging.version import InvalidVersion, Version
 
-    return Version(version) in SpecifierSet(spec)
+    try:
+        return Version(version) in SpecifierSet(spec)
+    except InvalidVersion:  # an unparsable version is an untested one
+        return False
 
 
 def fingerprint(func: Any) -> str:

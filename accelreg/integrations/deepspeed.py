@@ -30,7 +30,7 @@ from typing import Any
 
 from ._seams import Integration, Seam
 
-__all__ = ["INTEGRATION", "accelerator_report", "disable", "enable", "enabled", "prepare"]
+__all__ = ["INTEGRATION", "accelerator_report", "disable", "enable", "enabled", "prepare", "unprepare"]
 
 log = logging.getLogger("accelreg.integrations.deepspeed")
 
@@ -267,10 +267,17 @@ def _ds_can_use(name: str) -> bool:
 
 def prepare() -> None:
     """Align DeepSpeed's accelerator at the moment DeepSpeed's accelerator module is imported,
-    before DeepSpeed picks one (cheap: imports nothing). ``accelreg.install()`` should call it."""
+    before DeepSpeed picks one (cheap: imports nothing). ``accelreg.install()`` calls it."""
     from . import _postimport
 
     _postimport.when_imported(_REAL, _early)
+
+
+def unprepare() -> None:
+    """Forget a pending :func:`prepare` (``accelreg.integrations.uninstall()`` calls it)."""
+    from . import _postimport
+
+    _postimport.cancel(_REAL)
 
 
 # -- the integration ----------------------------------------------------------------------

@@ -14,7 +14,8 @@ Seams (transformers 5.24; private functions are fingerprinted, see docs/integrat
   ladders. The replacement plans with :func:`accelreg.plan_device_map` (tied weights declared
   by the model kept together, budgets from the registry, the quantizer's ``adjust_max_memory``
   and ``validate_environment`` applied as upstream does) and validates user-written maps with
-  :func:`accelreg.check_device_map`.
+  :func:`accelreg.check_device_map`. A bitsandbytes load that a planned or written map sends to
+  a device type bitsandbytes does not support is refused, as for the default map below.
 * ``integrations.accelerate.expand_device_map`` — matches keys as unescaped regexes without a
   name boundary (``"model.layers.1"`` captures ``model.layers.10``) and silently sends
   unmatched parameters to ``""`` or cpu. The replacement matches the longest dotted prefix and
@@ -109,6 +110,7 @@ def _get_device_map(original: Any) -> Any:
         if isinstance(device_map, dict):
             device_map = normalize_device_map(device_map)
             accelreg.check_device_map(model, device_map)
+            _refuse_unsupported_bnb(hf_quantizer, device_map)
             return device_map
         if device_map is None:
             return None
@@ -121,6 +123,7 @@ def _get_device_map(original: Any) -> Any:
             no_split_module_classes=sorted(model._no_split_modules or ()),
             strategy=device_map,
         )
+        _refuse_unsupported_bnb(hf_quantizer, plan)
         if hf_quantizer is not None:
             hf_quantizer.validate_environment(device_map=plan)
         return plan
@@ -152,24 +155,44 @@ def _expand_device_map(original: Any) -> Any:
     return expand_device_map
 
 
+def _check_bnb_device(device: Any, where: str) -> None:
+    """Raise :class:`~accelreg.PlacementError` when bitsandbytes does not run on ``device``."""
+    import bitsandbytes
+
+    from ..errors import PlacementError
+
+    supported = getattr(bitsandbytes, "supported_torch_devices", None)
+    if supported is not None and device.type not in supported:
+        raise PlacementError(
+            f"bitsandbytes {getattr(bitsandbytes, '__version__', '')} cannot run on {device.type} "
+            f"(it supports {', '.join(sorted(supported))}); {where} is {device}: "
+            "pass device_map='cpu' to quantize on the CPU, or choose another backend"
+        )
+
+
+def _refuse_unsupported_bnb(hf_quantizer: Any, device_map: dict[str, Any]) -> None:
+    """The check of a default bitsandbytes map, for planned and user-written maps too: a
+    bitsandbytes load onto a device type bitsandbytes does not support is refused."""
+    import torch
+
+    config = getattr(hf_quantizer, "quantization_config", None)
+    method = getattr(config, "quant_method", None)
+    if "bitsandbytes" not in str(getattr(method, "value", method) or ""):
+        return
+    for key, value in device_map.items():
+        if str(value) not in ("cpu", "disk", "meta"):
+            _check_bnb_device(torch.device(value), f"device_map[{key!r}]")
+
+
 def _update_device_map(original: Any) -> Any:
     @functools.wraps(original)
     def update_device_map(self: Any, device_map: Any) -> Any:
         if device_map is not None:
             return device_map
-        from ..errors import PlacementError
         from ..resolution import resolve
 
         device = resolve()
-        import bitsandbytes
-
-        supported = getattr(bitsandbytes, "supported_torch_devices", None)
-        if supported is not None and device.type not in supported:
-            raise PlacementError(
-                f"bitsandbytes {getattr(bitsandbytes, '__version__', '')} cannot run on {device.type} "
-                f"(it supports {', '.join(sorted(supported))}); the registry's device is {device}: "
-                "pass device_map='cpu' to quantize on the CPU, or choose another backend"
-            )
+        _check_bnb_device(device, "the registry's device")
         return {"": str(device)}
 
     return update_device_map

@@ -56,7 +56,9 @@ def check_accelreg_env_shows_the_disagreement() -> dict:
             rc = cli.main(["env"])
     finally:
         del os.environ["DS_ACCELERATOR"]
-    line = next((x for x in out.getvalue().splitlines() if x.strip().startswith("deepspeed:")), "")
+    text = out.getvalue()
+    block = text[text.find("  deepspeed:") :] if "  deepspeed:" in text else ""
+    line = next((x for x in block.splitlines() if "DeepSpeed accelerator" in x), "")
     assert rc == 0 and "DISAGREES with accelreg's cpu" in line, out.getvalue()
     assert "deepspeed" not in sys.modules, "accelreg env imported deepspeed"
     return {"line": line.strip()}

@@ -18,7 +18,7 @@ from ._runner import check_names, run_checks
 
 pytestmark = pytest.mark.emu
 
-SCRIPT = r'''
+SCRIPT = r"""
 import gc, json, os, tempfile, warnings
 import torch
 import torch_npu
@@ -116,7 +116,7 @@ def check_gpt2_planned_map_trains_with_the_cpu_loss():
 
 def check_t5_planned_map_trains_with_the_cpu_loss():
     run(t5)
-'''
+"""
 
 
 @pytest.fixture(scope="module")

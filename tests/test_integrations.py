@@ -1,0 +1,899 @@
+"""The integrations on this CPU machine, against the real libraries (no mocks of them).
+
+What is checked:
+
+* ``enable()``/``disable()`` of transformers, accelerate, peft and DeepSpeed: every holder of a
+  seam (the defining module and every module that imported it by name) is patched, and
+  ``disable()`` puts back the identical objects — compared by identity against a snapshot of
+  ``vars()`` of every module of the four libraries and of every class a seam lives on;
+  idempotence, the context managers, ``install()``/``uninstall()``, late by-name importers.
+* Refusals that patch nothing: an untested library version, a private function whose source
+  changed (fingerprint), a changed signature, a failure half-way through.
+* 16 threads enabling and disabling concurrently end all-patched or all-restored.
+* Behaviour through ``accelreg.install()``: device_map ints/strings, ``"auto"`` planned by
+  accelreg, user maps validated, longest-prefix expansion, bitsandbytes 8-/4-bit loads with
+  placement hooks, peft's ``infer_device``, accelerate's ``get_max_memory``.
+* ``accelreg env`` (text and ``--json``): the integrations section, in a fresh process and in
+  one that called ``install()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import types
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+pytest.importorskip("peft")
+pytest.importorskip("deepspeed")
+pytest.importorskip("bitsandbytes")
+
+import accelreg  # noqa: E402
+import accelreg.integrations as integrations  # noqa: E402
+from accelreg import DeviceError, DeviceMapError  # noqa: E402
+from accelreg.errors import IntegrationError, PlacementError  # noqa: E402
+from accelreg.integrations import _postimport, _seams  # noqa: E402
+
+from ._fakes import plugin, spec  # noqa: E402
+
+NAMES = tuple(integrations.INTEGRATIONS)  # accelerate, transformers, peft, deepspeed
+PREFIXES = ("transformers", "accelerate", "peft", "deepspeed")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module(name):
+    return importlib.import_module(integrations.INTEGRATIONS[name][0])
+
+
+def _integration(name):
+    return _module(name).INTEGRATION
+
+
+# -- module-wide setup --------------------------------------------------------------------
+@pytest.fixture(scope="module", autouse=True)
+def libraries():
+    """Import every library, every seam module and every declared importer once, so that
+    each snapshot sees the complete set of holders; and start with nothing enabled."""
+    integrations.uninstall()
+    import deepspeed  # noqa: F401 - its import is part of the state under test
+
+    for name in NAMES:
+        for seam in _integration(name).seams:
+            importlib.import_module(seam.module)
+            for importer in seam.importers:
+                importlib.import_module(importer)
+    yield
+    integrations.uninstall()
+
+
+@pytest.fixture(autouse=True)
+def restored():
+    """Every test leaves every integration disabled and nothing waiting for an import."""
+    yield
+    integrations.uninstall()
+    assert not any(_integration(n).enabled for n in NAMES)
+
+
+# -- snapshots ----------------------------------------------------------------------------
+def _owners(integ):
+    out = []
+    for seam in integ.seams:
+        owner, attr = _seams._owner(importlib.import_module(seam.module), seam.name)
+        out.append((seam, owner, attr))
+    return out
+
+
+def _is_replacement(value):
+    if not isinstance(value, (types.FunctionType, staticmethod, classmethod)):
+        return False
+    return getattr(getattr(value, "__func__", value), _seams._MARK, None) is not None
+
+
+class Snapshot:
+    """``vars()`` of every module of the four libraries and of every seam-owning class, and
+    ``inspect.getattr_static`` of every seam, taken now; :meth:`diff` lists what changed."""
+
+    def __init__(self, names=NAMES):
+        self.names = names
+        self.modules = {
+            name: dict(vars(m))
+            for name, m in list(sys.modules.items())
+            if m is not None and name.split(".")[0] in PREFIXES
+        }
+        self.seams = {}  # (integration, seam name) -> (owner, attr, original)
+        self.classes = {}
+        for n in names:
+            for seam, owner, attr in _owners(_integration(n)):
+                self.seams[(n, seam.name)] = (owner, attr, inspect.getattr_static(owner, attr))
+                if isinstance(owner, type):
+                    self.classes[owner] = dict(vars(owner))
+
+    def diff(self):
+        problems = []
+        for name, before in self.modules.items():
+            module = sys.modules.get(name)
+            if module is None:
+                problems.append(f"module {name} disappeared")
+                continue
+            now = vars(module)
+            for key, value in before.items():
+                if key not in now:
+                    problems.append(f"{name}.{key} was removed")
+                elif now[key] is not value:
+                    problems.append(f"{name}.{key} is {now[key]!r}, was {value!r}")
+            problems.extend(
+                f"{name}.{key} (new) holds an accelreg replacement"
+                for key in now.keys() - before.keys()
+                if _is_replacement(now[key])
+            )
+        for name, module in list(sys.modules.items()):
+            if module is not None and name not in self.modules and name.split(".")[0] in PREFIXES:
+                problems.extend(
+                    f"{name}.{key} (module imported later) holds an accelreg replacement"
+                    for key, value in list(vars(module).items())
+                    if _is_replacement(value)
+                )
+        for cls, before in self.classes.items():
+            now = vars(cls)
+            for key, value in before.items():
+                if now.get(key) is not value:
+                    problems.append(f"{cls.__qualname__}.{key} is {now.get(key)!r}, was {value!r}")
+            problems.extend(f"{cls.__qualname__}.{key} was added" for key in now.keys() - before.keys())
+        for (n, seam), (owner, attr, original) in self.seams.items():
+            if inspect.getattr_static(owner, attr) is not original:
+                problems.append(f"{n}: getattr_static({seam}) is not the original")
+        return problems
+
+    def holders(self, name):
+        """``(holder, attr, original)`` for every place that held one of ``name``'s originals."""
+        out = []
+        for (n, _), (owner, attr, original) in self.seams.items():
+            if n != name:
+                continue
+            out.append((owner, attr, original))
+            if isinstance(owner, type):
+                continue
+            for module_name, before in self.modules.items():
+                module = sys.modules[module_name]
+                if module is owner:
+                    continue
+                out.extend((module, key, original) for key, value in before.items() if value is original)
+        return out
+
+    def state(self, name):
+        """``"patched"`` (every holder holds a replacement of its original), ``"restored"``
+        (every holder holds its original) or ``"mixed"``."""
+        patched = restored = 0
+        for holder, attr, original in self.holders(name):
+            now = inspect.getattr_static(holder, attr) if isinstance(holder, type) else vars(holder)[attr]
+            if now is original:
+                restored += 1
+            elif isinstance(original, property) or _seams.original(now) is original:
+                patched += 1
+        total = len(self.holders(name))
+        return "patched" if patched == total else "restored" if restored == total else "mixed"
+
+
+# -- enable / disable ---------------------------------------------------------------------
+#: At least this many holders per integration (the defining modules plus by-name importers).
+MIN_HOLDERS = {"accelerate": 15, "transformers": 9, "peft": 7, "deepspeed": 1}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_enable_patches_every_holder_and_disable_restores_identical_objects(name):
+    snap = Snapshot()
+    integ = _integration(name)
+    assert snap.state(name) == "restored"
+    _module(name).enable()
+    assert integ.enabled
+    assert snap.state(name) == "patched"
+    # the integration's own record covers exactly the holders an independent scan finds
+    recorded = {(id(i.holder), i.attr) for i in integ._installed}
+    scanned = {(id(h), a) for h, a, _ in snap.holders(name)}
+    assert recorded == scanned
+    assert len(recorded) >= MIN_HOLDERS[name]
+    assert integ.status()["enabled"] is True
+    # the other integrations were left alone
+    for other in NAMES:
+        if other != name:
+            assert snap.state(other) == "restored"
+    _module(name).disable()
+    assert not integ.enabled
+    assert snap.diff() == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_enable_and_disable_are_idempotent(name):
+    snap = Snapshot()
+    mod = _module(name)
+    mod.enable()
+    first = [(id(i.holder), i.attr, i.replacement) for i in mod.INTEGRATION._installed]
+    mod.enable()  # a second enable changes nothing and does not wrap the wrappers
+    assert [(id(i.holder), i.attr, i.replacement) for i in mod.INTEGRATION._installed] == first
+    for holder, attr, replacement in ((i.holder, i.attr, i.replacement) for i in mod.INTEGRATION._installed):
+        assert inspect.getattr_static(holder, attr) is replacement
+    mod.disable()
+    mod.disable()
+    assert snap.diff() == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_context_manager_enables_for_the_block_only(name):
+    snap = Snapshot()
+    mod = _module(name)
+    with mod.enabled():
+        assert mod.INTEGRATION.enabled and snap.state(name) == "patched"
+    assert not mod.INTEGRATION.enabled and snap.diff() == []
+
+    with pytest.raises(KeyError), mod.enabled():
+        raise KeyError("inside")
+    assert snap.diff() == []
+
+    mod.enable()  # already enabled: the block leaves it enabled
+    with mod.enabled():
+        pass
+    assert mod.INTEGRATION.enabled and snap.state(name) == "patched"
+    mod.disable()
+    assert snap.diff() == []
+
+
+def test_install_returns_the_enabled_names_and_uninstall_restores():
+    snap = Snapshot()
+    names = accelreg.install()
+    assert names == list(NAMES)
+    for name in NAMES:
+        assert _integration(name).enabled, name
+        assert snap.state(name) == "patched", name
+    assert accelreg.install() == names  # again: nothing changes
+    assert all(snap.state(n) == "patched" for n in NAMES)
+    integrations.uninstall()
+    assert snap.diff() == []
+    assert not any(_integration(n).enabled for n in NAMES)
+
+
+@pytest.mark.parametrize(
+    ("name", "late_module", "source", "attr"),
+    [
+        (
+            "accelerate",
+            "accelerate._accelreg_late_importer",
+            "from accelerate.utils.modeling import get_max_memory",
+            "get_max_memory",
+        ),
+        (
+            "peft",
+            "transformers._accelreg_late_importer",
+            "from peft.utils.other import infer_device",
+            "infer_device",
+        ),
+    ],
+)
+def test_a_module_imported_after_enable_is_restored_too(name, late_module, source, attr):
+    """A by-name importer inside the libraries' packages (the scan prefixes), imported after
+    ``enable()``, holds the replacement; ``disable()`` gives it the original back."""
+    snap = Snapshot()
+    mod = _module(name)
+    original = importlib.import_module(source.split()[1]).__dict__[attr]
+    mod.enable()
+    late = types.ModuleType(late_module)
+    sys.modules[late_module] = late
+    try:
+        exec(source, vars(late))
+        assert vars(late)[attr] is not original and _seams.original(vars(late)[attr]) is original
+        mod.disable()
+        assert vars(late)[attr] is original
+        assert snap.diff() == []
+    finally:
+        del sys.modules[late_module]
+
+
+# -- refusals -----------------------------------------------------------------------------
+def _fake_version(monkeypatch, distribution, version):
+    real = metadata.version
+
+    def version_of(dist):
+        return version if dist == distribution else real(dist)
+
+    monkeypatch.setattr(metadata, "version", version_of)
+
+
+UNTESTED = {"accelerate": "1.16.0", "transformers": "5.25.0", "peft": "0.22.0", "deepspeed": "0.20.0"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_untested_version_is_refused_and_nothing_is_patched(monkeypatch, name):
+    integ = _integration(name)
+    _fake_version(monkeypatch, integ.distribution, UNTESTED[name])
+    snap = Snapshot()
+    with pytest.raises(IntegrationError) as info:
+        _module(name).enable()
+    message = str(info.value)
+    assert f"{integ.distribution} {UNTESTED[name]}" in message
+    assert integ.supported in message and "outside the tested range" in message
+    assert not integ.enabled
+    assert snap.diff() == []
+    status = integ.status()
+    assert status["version"] == UNTESTED[name] and status["in_range"] is False
+
+
+def test_unparsable_version_is_an_untested_one(monkeypatch):
+    _fake_version(monkeypatch, "peft", "not-a-version")
+    with pytest.raises(IntegrationError, match="peft not-a-version is outside the tested range"):
+        _module("peft").enable()
+
+
+def test_install_on_an_untested_version_leaves_nothing_enabled(monkeypatch):
+    """transformers comes second in install()'s order: accelerate, enabled first, is undone."""
+    _fake_version(monkeypatch, "transformers", UNTESTED["transformers"])
+    snap = Snapshot()
+    with pytest.raises(IntegrationError, match=re.escape("transformers 5.25.0 is outside the tested range")):
+        accelreg.install()
+    assert not any(_integration(n).enabled for n in NAMES)
+    assert not any(_postimport.pending(t) for _, t in integrations.INTEGRATIONS.values())
+    assert snap.diff() == []
+
+
+def test_fingerprint_mismatch_is_refused_before_anything_is_patched(monkeypatch):
+    integ = _integration("transformers")
+    seams = list(integ.seams)
+    index = next(i for i, s in enumerate(seams) if s.name == "Bnb4BitHfQuantizer.update_device_map")
+    assert index > 0 and all(s.fingerprint for s in seams[:index])  # earlier seams would pass
+    seams[index] = replace(seams[index], fingerprint="0" * 16)
+    monkeypatch.setattr(integ, "seams", seams)
+    snap = Snapshot()
+    with pytest.raises(IntegrationError) as info:
+        integ.enable()
+    message = str(info.value)
+    assert "Bnb4BitHfQuantizer.update_device_map differs from the one accelreg was tested with" in message
+    assert "tested 0000000000000000" in message and "transformers 5.24" in message
+    assert not integ.enabled
+    assert snap.diff() == []
+
+
+def test_a_changed_private_function_is_refused(monkeypatch):
+    import peft.utils.other
+
+    def infer_device():  # same name and signature, different source
+        return "cuda"
+
+    monkeypatch.setattr(peft.utils.other, "infer_device", infer_device)
+    snap = Snapshot()
+    with pytest.raises(
+        IntegrationError, match=r"peft\.utils\.other\.infer_device differs .* \(source [0-9a-f]{16}"
+    ):
+        _module("peft").enable()
+    assert peft.utils.other.infer_device is infer_device
+    assert snap.diff() == []
+
+
+def test_a_changed_signature_is_refused(monkeypatch):
+    import accelerate.utils.memory
+
+    def clear_device_cache():
+        pass
+
+    monkeypatch.setattr(accelerate.utils.memory, "clear_device_cache", clear_device_cache)
+    snap = Snapshot()
+    with pytest.raises(
+        IntegrationError, match=r"clear_device_cache changed .*\['garbage_collection'\] are gone"
+    ):
+        _module("accelerate").enable()
+    assert snap.diff() == []
+
+
+def test_a_seam_that_vanished_is_refused(monkeypatch):
+    import accelerate.big_modeling
+
+    monkeypatch.delattr(accelerate.big_modeling, "dispatch_model")
+    with pytest.raises(IntegrationError, match=r"accelerate\.big_modeling\.dispatch_model no longer exists"):
+        _module("accelerate").enable()
+    assert not _integration("accelerate").enabled
+
+
+@pytest.mark.parametrize("where", ["last seam", "on_enable"])
+def test_a_failure_half_way_rolls_back_every_holder(monkeypatch, where):
+    integ = _integration("accelerate")
+    if where == "last seam":
+        seams = list(integ.seams)
+
+        def broken(original):
+            raise RuntimeError("make failed")
+
+        seams[-1] = replace(seams[-1], make=broken)
+        monkeypatch.setattr(integ, "seams", seams)
+    else:
+
+        def broken():
+            raise RuntimeError("make failed")
+
+        monkeypatch.setattr(integ, "on_enable", broken)
+    snap = Snapshot()
+    with pytest.raises(RuntimeError, match="make failed"):
+        integ.enable()
+    assert not integ.enabled
+    assert snap.diff() == []
+
+
+# -- threads ------------------------------------------------------------------------------
+def test_concurrent_enable_and_disable_end_consistent():
+    snap = Snapshot()
+    barrier = threading.Barrier(16)
+    errors = []
+
+    def worker(seed):
+        rng = random.Random(seed)
+        try:
+            barrier.wait()
+            for _ in range(6):
+                mod = _module(rng.choice(NAMES))
+                mod.enable() if rng.random() < 0.55 else mod.disable()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    for name in NAMES:
+        expected = "patched" if _integration(name).enabled else "restored"
+        assert snap.state(name) == expected, name
+        assert len(_integration(name)._installed) in (0, len(snap.holders(name)))
+    integrations.uninstall()
+    assert snap.diff() == []
+
+
+# -- behaviour through install() on this CPU machine --------------------------------------
+GPT2_KW = {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 1000, "n_positions": 64}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A tiny GPT-2 (tied wte/lm_head) and a tiny 12-layer Llama, saved once."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    root = tmp_path_factory.mktemp("models")
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(**GPT2_KW)).save_pretrained(root / "gpt2")
+    llama = LlamaConfig(
+        num_hidden_layers=12,
+        hidden_size=16,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        vocab_size=100,
+        max_position_embeddings=32,
+    )
+    LlamaForCausalLM(llama).save_pretrained(root / "llama")
+    return root
+
+
+@pytest.fixture
+def installed():
+    assert accelreg.install() == list(NAMES)
+    yield
+
+
+def _gpt2(models, **kwargs):
+    from transformers import GPT2LMHeadModel
+
+    return GPT2LMHeadModel.from_pretrained(models / "gpt2", **kwargs)
+
+
+@pytest.mark.parametrize("device_map", [0, {"": 0}], ids=["int", "dict-int"])
+def test_int_device_map_without_an_accelerator_is_a_device_error(models, installed, device_map):
+    with pytest.raises(DeviceError) as info:
+        _gpt2(models, device_map=device_map)
+    message = str(info.value)
+    assert "no accelerator is available" in message and "available: cpu" in message
+    assert "cuda:0" not in message
+
+
+def test_cuda_device_map_on_a_cpu_machine_is_refused(models, installed):
+    with pytest.raises(DeviceError, match=r"cuda is not available .*; available: cpu$"):
+        _gpt2(models, device_map="cuda")
+
+
+def test_cuda_is_refused_not_remapped_when_another_backend_is_current(installed, monkeypatch):
+    """Two scripted hpu devices are current: ``"cuda"`` is an error naming them (the user
+    asked for a backend that is not here); ints and LOCAL_RANK resolve on hpu."""
+    import transformers.modeling_utils as mu
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    accelreg.reset()
+    accelreg.register(plugin(spec("hpu", 2, priority=100)), "fakeplugin_hpu")
+    for device_map in ("cuda", "cuda:0", torch.device("cuda", 0), {"": "cuda"}):
+        with pytest.raises(DeviceError, match=r"cuda is not available .*available: hpu:0, hpu:1, cpu"):
+            mu.check_and_set_device_map(device_map)
+    assert mu.check_and_set_device_map(0) == {"": "hpu:0"}
+    assert mu.check_and_set_device_map("hpu") == {"": "hpu:1"}  # LOCAL_RANK, not only for "cuda"
+    assert mu.check_and_set_device_map({"": 1, "lm_head": "disk"}) == {"": "hpu:1", "lm_head": "disk"}
+
+
+def test_cpu_device_map_loads(models, installed, monkeypatch):
+    import transformers.modeling_utils as mu
+
+    import accelreg.resolution
+
+    asked = []
+    resolve = accelreg.resolution.resolve
+    monkeypatch.setattr(
+        accelreg.resolution, "resolve", lambda spec=None, **kw: asked.append(spec) or resolve(spec, **kw)
+    )
+    model = _gpt2(models, device_map="cpu")
+    assert "cpu" in asked  # resolved through the registry by the replaced check_and_set_device_map
+    assert _seams.original(mu.check_and_set_device_map) is not mu.check_and_set_device_map
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 1000)
+
+
+def _covered(device_map, name):
+    while True:
+        if name in device_map:
+            return device_map[name]
+        if not name:
+            return None
+        name = name.rpartition(".")[0]
+
+
+def test_auto_is_planned_by_accelreg_and_keeps_tied_weights_together(
+    models, installed, monkeypatch, tmp_path
+):
+    calls = []
+    plan = accelreg.plan_device_map
+
+    def spy(model, max_memory=None, **kwargs):
+        calls.append((dict(max_memory), kwargs))
+        return plan(model, max_memory, **kwargs)
+
+    monkeypatch.setattr(accelreg, "plan_device_map", spy)
+    model = _gpt2(
+        models, device_map="auto", max_memory={"cpu": "450KB", "disk": "10GB"}, offload_folder=tmp_path
+    )
+    assert len(calls) == 1
+    budgets, kwargs = calls[0]
+    assert budgets == {"cpu": 450_000, "disk": 10_000_000_000} and kwargs["strategy"] == "auto"
+    device_map = model.hf_device_map
+    assert set(device_map.values()) == {"cpu", "disk"}  # the budget forces an offload
+    for name, _ in model.named_parameters(remove_duplicate=False):
+        assert _covered(device_map, name) is not None, name
+    assert _covered(device_map, "transformer.wte.weight") == _covered(device_map, "lm_head.weight")
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 1000)
+
+
+def _gpt2_map(**overrides):
+    device_map = {
+        "transformer.wte": "cpu",
+        "transformer.wpe": "cpu",
+        "transformer.h.0": "cpu",
+        "transformer.h.1": "cpu",
+        "transformer.ln_f": "cpu",
+        "lm_head": "cpu",
+    }
+    device_map.update(overrides)
+    return {k: v for k, v in device_map.items() if v is not None}
+
+
+def test_user_map_splitting_a_tied_pair_is_refused(models, installed, tmp_path):
+    with pytest.raises(DeviceMapError) as info:
+        _gpt2(models, device_map=_gpt2_map(lm_head="disk"), offload_folder=tmp_path)
+    (violation,) = info.value.violations
+    assert "tied group" in violation and "lm_head.weight on disk" in violation
+    assert "transformer.wte.weight on cpu" in violation
+
+
+def test_user_map_missing_a_module_is_refused(models, installed):
+    with pytest.raises(DeviceMapError) as info:
+        _gpt2(models, device_map=_gpt2_map(**{"transformer.h.1": None}))
+    (violation,) = info.value.violations
+    assert "covered by no key" in violation and "transformer.h.1.attn.c_attn.weight" in violation
+
+
+def test_a_valid_user_map_loads(models, installed, monkeypatch):
+    checked = []
+    check = accelreg.check_device_map
+    monkeypatch.setattr(
+        accelreg, "check_device_map", lambda m, d, *a, **k: checked.append(d) or check(m, d, *a, **k)
+    )
+    model = _gpt2(models, device_map=_gpt2_map())
+    assert checked == [_gpt2_map()]
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+
+
+def test_expand_device_map_matches_the_longest_dotted_prefix(installed):
+    import transformers.modeling_utils as mu
+
+    params = ["model.layers.1.w", "model.layers.10.w", "model.layers.11.w", "lm_head.weight"]
+    device_map = {"model.layers.1": "disk", "": "cpu"}
+    assert mu.expand_device_map(device_map, params) == {
+        "model.layers.1.w": "disk",
+        "model.layers.10.w": "cpu",  # upstream: "disk" (an unanchored regex match)
+        "model.layers.11.w": "cpu",
+        "lm_head.weight": "cpu",
+    }
+    with pytest.raises(DeviceMapError, match=re.escape("does not cover 'lm_head.weight'")):
+        mu.expand_device_map({"model.layers": "cpu"}, ["model.layers.0.w", "lm_head.weight"])
+    assert mu.expand_device_map(None, ["a.b"]) == {"a.b": "cpu"}
+
+
+def test_layer_1_on_disk_does_not_take_layer_10_with_it(models, installed, tmp_path):
+    from transformers import LlamaForCausalLM
+
+    device_map = {f"model.layers.{i}": "disk" if i == 1 else "cpu" for i in range(12)}
+    device_map.update(
+        {"model.embed_tokens": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    )
+    model = LlamaForCausalLM.from_pretrained(models / "llama", device_map=device_map, offload_folder=tmp_path)
+    layers = model.model.layers
+    assert layers[1].mlp.up_proj.weight.device.type == "meta"  # offloaded to disk
+    for i in (0, 10, 11):
+        assert layers[i].mlp.up_proj.weight.device.type == "cpu", i
+    assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 100)
+    # a map whose keys overlap is ambiguous: accelreg refuses it (upstream lets the most
+    # specific key win, or an unanchored regex capture model.layers.10 for model.layers.1)
+    with pytest.raises(DeviceMapError, match=r"covered by 2 keys \('', 'model.layers.1'\)"):
+        LlamaForCausalLM.from_pretrained(
+            models / "llama", device_map={"": "cpu", "model.layers.1": "disk"}, offload_folder=tmp_path
+        )
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_bitsandbytes_load_on_cpu_attaches_placement_hooks(models, installed, monkeypatch, bits):
+    import bitsandbytes.nn.modules
+    from transformers import BitsAndBytesConfig
+
+    from accelreg import placement
+
+    monkeypatch.setattr(bitsandbytes.nn.modules, "has_avx512bf16", lambda: False)
+    if bits == 8:
+        config, cls = BitsAndBytesConfig(load_in_8bit=True), bitsandbytes.nn.Linear8bitLt
+    else:
+        config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32)
+        cls = bitsandbytes.nn.Linear4bit
+    model = _gpt2(models, quantization_config=config, device_map="auto")
+    quantized = {n for n, m in model.named_modules() if isinstance(m, cls)}
+    attached = {n for n, m in model.named_modules() if placement._STATE in m.__dict__}
+    assert len(quantized) == 8 and attached == quantized
+    x = torch.tensor([[1, 2, 3]])
+    logits = model(x).logits
+    assert logits.shape == (1, 3, 1000) and bool(logits.isfinite().all())
+    # a quantized state-dict round trip goes through the hooks (seed 000 crashed here on CPU)
+    placement.load_events(model, clear=True)
+    state = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in model.state_dict().items()}
+    model.load_state_dict(state)
+    events = placement.load_events(model)
+    assert {e["module"] for e in events} == quantized
+    assert {e["quant_method"] for e in events} == {f"bnb_{bits}bit"}
+    assert {e["device"] for e in events} == {"cpu"}
+    assert torch.allclose(model(x).logits, logits)
+
+
+def test_bitsandbytes_default_device_map_comes_from_the_registry(installed):
+    from transformers import BitsAndBytesConfig
+    from transformers.quantizers.quantizer_bnb_8bit import Bnb8BitHfQuantizer
+
+    quantizer = Bnb8BitHfQuantizer(BitsAndBytesConfig(load_in_8bit=True))
+    assert quantizer.update_device_map(None) == {"": "cpu"}
+    assert quantizer.update_device_map({"": "cpu"}) == {"": "cpu"}
+    accelreg.register(plugin(spec("xpu", 2, priority=100)), "fakeplugin_xpu")
+    assert quantizer.update_device_map(None) == {"": "xpu:0"}
+    accelreg.reset()
+    accelreg.register(plugin(spec("fakeipu", 2, priority=100, device_type="ipu")), "fakeplugin_ipu")
+    with pytest.raises(PlacementError, match=r"bitsandbytes .* cannot run on ipu \(it supports .*cpu"):
+        quantizer.update_device_map(None)
+
+
+def test_peft_infer_device_is_the_registry_device(installed, monkeypatch):
+    import peft.peft_model
+    import peft.utils
+    import peft.utils.other
+    import peft.utils.save_and_load
+
+    holders = (peft.utils.other, peft.utils, peft.utils.save_and_load, peft.peft_model)
+    assert {h.infer_device() for h in holders} == {"cpu"}
+    assert all(_seams.original(h.infer_device) is not h.infer_device for h in holders)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    accelreg.reset()
+    accelreg.register(plugin(spec("xpu", 2, priority=100)), "fakeplugin_xpu")
+    assert {h.infer_device() for h in holders} == {"xpu:1"}  # upstream: "xpu" (no index), cuda first
+
+
+def test_accelerate_memory_and_default_device_follow_the_registry(installed, monkeypatch):
+    import accelerate.utils
+    from accelerate.state import PartialState
+
+    assert set(accelerate.utils.get_max_memory()) == {"cpu"}
+    with pytest.raises(DeviceError, match="no accelerator is available"):
+        accelerate.utils.get_max_memory({0: "1GB"})
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    accelreg.reset()
+    accelreg.register(plugin(spec("xpu", 2, priority=100)), "fakeplugin_xpu")
+    memory = accelerate.utils.get_max_memory()
+    assert list(memory) == [0, 1, "cpu"] and memory[0] == 1 << 30 and memory[1] == 2 << 30
+    assert accelerate.utils.get_max_memory({"xpu:1": "1GB", 0: "2GB", "cpu": "1GB"}) == {
+        0: 2_000_000_000,
+        1: 1_000_000_000,
+        "cpu": 1_000_000_000,
+    }
+    with pytest.raises(DeviceError, match="cuda is not available"):
+        accelerate.utils.get_max_memory({"cuda:0": "1GB"})
+    assert inspect.getattr_static(PartialState, "default_device").fget(None) == torch.device("xpu", 1)
+
+
+# -- accelreg env -------------------------------------------------------------------------
+_AFTER_INSTALL = textwrap.dedent(
+    """
+    import json, sys
+    import accelreg
+    from accelreg import cli
+    names = accelreg.install()
+    early = sorted(m for m in ("transformers", "accelerate", "peft", "deepspeed") if m in sys.modules)
+    import accelerate, transformers.modeling_utils, peft
+    report = cli.env_report()
+    print("JSON" + json.dumps({"names": names, "early": early, "report": report,
+                               "deepspeed_imported": "deepspeed" in sys.modules}))
+    cli.main(["env"])
+    """
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def env_runs(tmp_path_factory):
+    """``accelreg env`` (text, ``--json``) in fresh processes and a process that calls
+    ``install()``, started together when the module starts (they take seconds each)."""
+    work = tmp_path_factory.mktemp("env")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELREG_", "LOCAL_RANK"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["XDG_CONFIG_HOME"] = str(work / "xdg")
+    commands = {
+        "text": ["-m", "accelreg", "env"],
+        "json": ["-m", "accelreg", "env", "--json"],
+        "install": ["-c", _AFTER_INSTALL],
+    }
+    procs = {
+        key: subprocess.Popen(
+            [sys.executable, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=work,
+            env=env,
+        )
+        for key, args in commands.items()
+    }
+    results = {}
+
+    def result(key):
+        if key not in results:
+            out, err = procs[key].communicate(timeout=180)
+            results[key] = subprocess.CompletedProcess(commands[key], procs[key].returncode, out, err)
+        return results[key]
+
+    yield result
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_env_in_a_fresh_process_says_what_install_would_do(env_runs):
+    text, data = env_runs("text"), env_runs("json")
+    assert text.returncode == 0, text.stderr
+    assert data.returncode == 0, data.stderr
+    report = json.loads(data.stdout)
+    assert "per process" in report["integrations_scope"] and "none is enabled" in report["integrations_scope"]
+    by_name = {item["name"]: item for item in report["integrations"]}
+    assert list(by_name) == list(NAMES)
+    section = text.stdout.split("\nintegrations: ", 1)[1]
+    assert section.startswith("per process, and none is enabled in this one")
+    for name in NAMES:
+        item = by_name[name]
+        integ = _integration(name)
+        version = metadata.version(integ.distribution)
+        assert item["library"] == integ.distribution and item["version"] == version
+        assert item["supported"] == integ.supported and item["in_range"] is True
+        assert item["enabled"] is False and item["pending"] is False
+        assert item["install"].startswith("install() would enable it")
+        assert (
+            f"{name}: not enabled ({integ.distribution} {version}, in tested range {integ.supported})"
+            in section
+        )
+    assert "install() would enable it (when transformers.modeling_utils is imported)" in section
+    assert "DeepSpeed accelerator cpu" in section and "agrees with accelreg's cpu" in section
+
+
+def test_env_after_install_in_the_same_process(env_runs):
+    result = env_runs("install")
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("JSON"))
+    out = json.loads(line[4:])
+    assert out["names"] == list(NAMES)
+    assert out["early"] == []  # install() imports none of the libraries
+    report = out["report"]
+    assert report["integrations_scope"] == "as enabled in this process"
+    by_name = {item["name"]: item for item in report["integrations"]}
+    for name in ("accelerate", "transformers", "peft"):
+        assert by_name[name]["enabled"] is True and by_name[name]["install"] == "enabled in this process"
+        assert "holders patched" in by_name[name]["note"]
+    text = result.stdout.split("\nintegrations: ", 1)[1]
+    assert "accelerate: enabled (accelerate 1.15" in text
+    if out["deepspeed_imported"]:
+        assert by_name["deepspeed"]["enabled"] is True
+    else:  # waiting for `import deepspeed`
+        assert by_name["deepspeed"]["enabled"] is False and by_name["deepspeed"]["pending"] is True
+        assert by_name["deepspeed"]["install"] == "install() was called: enabled when deepspeed is imported"
+        assert "deepspeed: pending (deepspeed 0.19.8" in text
+
+
+def test_env_names_an_untested_version(monkeypatch, capsys):
+    from accelreg import cli
+
+    _fake_version(monkeypatch, "peft", "0.30.0")
+    assert cli.main(["env", "--json"]) == 0
+    item = {i["name"]: i for i in json.loads(capsys.readouterr().out)["integrations"]}["peft"]
+    assert item["version"] == "0.30.0" and item["in_range"] is False
+    assert item["install"] == (
+        "install() would raise IntegrationError (peft 0.30.0 is outside the tested range >=0.21,<0.22)"
+    )
+    assert cli.main(["env"]) == 0
+    assert "peft: not enabled (peft 0.30.0, OUTSIDE tested range >=0.21,<0.22)" in capsys.readouterr().out
+
+
+def test_status_tracks_this_process():
+    before = {i["name"]: i for i in integrations.status()}
+    assert not any(i["enabled"] or i["pending"] for i in before.values())
+    _module("peft").enable()
+    after = {i["name"]: i for i in integrations.status()}
+    assert after["peft"]["enabled"] is True and after["peft"]["install"] == "enabled in this process"
+    assert after["peft"]["note"].endswith("holders patched")
+    assert after["accelerate"]["enabled"] is False
+
+
+def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels():
+    """install() registers DeepSpeed's accelerator alignment for the moment DeepSpeed's
+    accelerator module is imported; it imports none of the libraries itself."""
+    from accelreg.testing import run_python
+
+    code = textwrap.dedent(
+        """
+        import json, sys
+        import accelreg
+        from accelreg.integrations import _postimport
+        REAL = "deepspeed.accelerator.real_accelerator"
+        names = accelreg.install()
+        before = _postimport.pending(REAL)
+        loaded = [m for m in ("transformers", "accelerate", "peft", "deepspeed") if m in sys.modules]
+        accelreg.integrations.uninstall()
+        print(json.dumps({"names": names, "pending": before, "after": _postimport.pending(REAL),
+                          "loaded": loaded}))
+        """
+    )
+    out = run_python(code, name=None).value
+    assert out == {
+        "names": ["accelerate", "transformers", "peft", "deepspeed"],
+        "pending": True,
+        "after": False,
+        "loaded": [],
+    }, out
