@@ -389,3 +389,13 @@ def test_plans_are_json_ready():
     data = json.loads(json.dumps(result.as_dict()))
     assert data["device_map"] == result.device_map
     assert sum(p["used"] for p in data["places"]) == result.total
+
+
+def test_default_budgets_are_the_current_backend_only():
+    """A node with two runtimes never gets a map mixing them: budgets follow resolve()."""
+    from accelreg.planner import default_max_memory
+
+    accelreg.register(plugin(spec("cuda", 2, priority=100), spec("xpu", 3, priority=90)), "fake_two_runtimes")
+    assert [k for k in default_max_memory()] == ["cuda:0", "cuda:1", "cpu"]
+    accelreg.configure(priority=["xpu"])
+    assert [k for k in default_max_memory()] == ["xpu:0", "xpu:1", "xpu:2", "cpu"]

@@ -134,11 +134,15 @@ def parse_budgets(max_memory: Mapping[Any, Any]) -> Budgets:
 
 
 def registry_budgets() -> Budgets:
-    """This machine's budgets: every available accelerator's free memory and the host's
-    available memory, each less :data:`RESERVE`; no disk."""
+    """This machine's budgets: the free memory of each device of the current backend (the one
+    ``resolve()`` uses) and the host's available memory, each less :data:`RESERVE`; no disk.
+
+    Only the current backend: a node with two runtimes (cuda and npu) never gets a map that
+    mixes them."""
     from .. import registry
 
     snap = registry.get()
+    current = snap.current().name
     accelerators: list[tuple[str, int]] = []
     cpu = None
     for b in snap.order:
@@ -150,7 +154,7 @@ def registry_budgets() -> Budgets:
                 )
             cpu = int(info.free * (1 - RESERVE))
             continue
-        if not b.available:
+        if not b.available or b.name != current:
             continue
         for i, device in enumerate(b.info().devices()):
             info = b.memory(i)
