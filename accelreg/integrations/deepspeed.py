@@ -239,30 +239,10 @@ def _early(_module: Any) -> None:
     real = sys.modules.get(_REAL)
     if wanted is None or real is None or real.ds_accelerator is not None:
         return
-    if not _ds_can_use(wanted):
-        _last_align["error"] = f"DeepSpeed cannot use {wanted!r} here (its runtime package is missing)"
-        return
+    # ``wanted`` is the registry's current backend, so its runtime is importable here: the
+    # backend's own probe said so (no per-vendor package list in this module)
     _saved_accelerator[:] = [None, os.environ.get("DS_ACCELERATOR")]
     os.environ["DS_ACCELERATOR"] = wanted
-
-
-#: The package DeepSpeed imports for ``DS_ACCELERATOR=<name>`` (real_accelerator.py:63-111).
-_DS_REQUIRES = {"npu": "torch_npu", "sdaa": "torch_sdaa", "hpu": "habana_frameworks", "mlu": "torch_mlu"}
-
-
-def _ds_can_use(name: str) -> bool:
-    """Whether ``DS_ACCELERATOR=name`` would not make DeepSpeed's import fail."""
-    package = _DS_REQUIRES.get(name)
-    if package is not None:
-        try:
-            return importlib.util.find_spec(package) is not None
-        except (ImportError, ValueError):
-            return False
-    if name in ("xpu", "mps"):
-        import torch
-
-        return bool(torch.xpu.is_available()) if name == "xpu" else bool(torch.backends.mps.is_available())
-    return name in DS_ACCELERATORS
 
 
 def prepare() -> None:
