@@ -27,6 +27,10 @@ __all__ = ["Integration", "Seam"]
 _MARK = "__accelreg_original__"
 
 
+#: Packages whose modules are scanned for by-name copies of a patched function.
+LIBRARIES = ("transformers", "accelerate", "peft", "deepspeed")
+
+
 @dataclass(frozen=True)
 class Seam:
     """One function (or class attribute) to replace.

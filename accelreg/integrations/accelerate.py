@@ -28,11 +28,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ._seams import Integration, Seam
+from ._seams import LIBRARIES, Integration, Seam
 
 __all__ = ["INTEGRATION", "disable", "enable", "enabled"]
 
-LIBRARIES = ("transformers", "accelerate", "peft", "deepspeed")
 _MODELING = "accelerate.utils.modeling"
 
 

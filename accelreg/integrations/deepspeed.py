@@ -28,13 +28,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ._seams import Integration, Seam
+from ._seams import LIBRARIES, Integration, Seam
 
 __all__ = ["INTEGRATION", "accelerator_report", "disable", "enable", "enabled", "prepare", "unprepare"]
 
 log = logging.getLogger("accelreg.integrations.deepspeed")
 
-LIBRARIES = ("transformers", "accelerate", "peft", "deepspeed")
 _REAL = "deepspeed.accelerator.real_accelerator"
 #: DeepSpeed 0.19.8's accelerators (real_accelerator.py:23).
 DS_ACCELERATORS = ("cuda", "cpu", "xpu", "npu", "mps", "hpu", "mlu", "sdaa", "supa", "klxpu")

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ._seams import Integration, Seam
+from ._seams import LIBRARIES, Integration, Seam
 
 __all__ = ["INTEGRATION", "STRATEGIES", "disable", "enable", "enabled", "normalize_device_map"]
 
@@ -44,7 +44,6 @@ log = logging.getLogger("accelreg.integrations.transformers")
 
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 _TIA = "transformers.integrations.accelerate"
-LIBRARIES = ("transformers", "accelerate", "peft", "deepspeed")
 
 
 def normalize_device_map(device_map: Any) -> Any:

@@ -202,27 +202,18 @@ class Layout:
         tensor_atom = [0] * n_tensors
         m, n_modules = 0, len(self.paths)
         while m < n_modules:
-            s = start[m]
-            if blocks[m]:
-                e = end[m]
-                if e > s:
-                    a = len(atom_start)
-                    atom_start.append(s)
-                    atom_end.append(e)
-                    atom_module.append(m)
-                    atom_block.append(True)
-                    tensor_atom[s:e] = [a] * (e - s)
-                m = after[m]
-                continue
-            e = own_end[m]
+            # a no-split block is one atom of all its tensors (then skip its submodules);
+            # any other module contributes an atom of its own direct tensors
+            block = blocks[m]
+            s, e = start[m], end[m] if block else own_end[m]
             if e > s:
                 a = len(atom_start)
                 atom_start.append(s)
                 atom_end.append(e)
                 atom_module.append(m)
-                atom_block.append(False)
+                atom_block.append(block)
                 tensor_atom[s:e] = [a] * (e - s)
-            m += 1
+            m = after[m] if block else m + 1
         self.atom_start, self.atom_end, self.atom_module, self.atom_block = (
             atom_start,
             atom_end,

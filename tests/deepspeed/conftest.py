@@ -36,14 +36,7 @@ import pytest
 
 from accelreg.testing import clean_environ
 
-#: The launcher variables of a single-process DeepSpeed run (MASTER_PORT is chosen per process).
-DS_ENV = {
-    "RANK": "0",
-    "WORLD_SIZE": "1",
-    "LOCAL_RANK": "0",
-    "LOCAL_WORLD_SIZE": "1",
-    "MASTER_ADDR": "127.0.0.1",
-}
+from ._harness import DS_ENV, free_port  # DS_ENV: launcher variables of a one-process run
 
 HERE = Path(__file__).resolve().parent
 RESULT = "@@RESULT@@ "
@@ -76,7 +69,7 @@ def helper_environ(work: Path) -> dict[str, str]:
         del env[key]  # never the emulator here, even inside an emulator child
     env.update(DS_ENV)
     env.update(
-        MASTER_PORT=str(_free_port()),
+        MASTER_PORT=str(free_port()),
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
         TOKENIZERS_PARALLELISM="false",
@@ -86,14 +79,6 @@ def helper_environ(work: Path) -> dict[str, str]:
         PYTHONDONTWRITEBYTECODE="1",
     )
     return env
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
