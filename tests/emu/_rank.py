@@ -1,5 +1,6 @@
 """One torchrun rank: resolve this rank's device, allocate on it, all-reduce over gloo, and
-report what accelreg, the emulated runtime and DeepSpeed each say (one JSON line)."""
+report what accelreg, the emulated runtime and DeepSpeed each say: one JSON file per rank in
+$RANK_RESULTS, since two ranks printing to one pipe can interleave their lines."""
 
 from __future__ import annotations
 
@@ -23,21 +24,21 @@ from deepspeed.accelerator import get_accelerator  # noqa: E402 - after the runt
 
 ds = get_accelerator()
 info = {b.name: b for b in accelreg.backends()}[accelreg.current_backend().name]
-print(
-    "RESULT "
-    + json.dumps(
-        {
-            "rank": rank,
-            "local_rank": int(os.environ["LOCAL_RANK"]),
-            "device": str(device),
-            "capacity": runtime.mem_get_info(device.index)[1],
-            "allocated": runtime.memory_allocated(device.index),
-            "all_reduce": total.item(),
-            "deepspeed": ds._name,
-            "deepspeed_device": ds.device_name(int(os.environ["LOCAL_RANK"])),
-            "visible": info.visible_devices,
-        }
-    ),
-    flush=True,
+record = json.dumps(
+    {
+        "rank": rank,
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "device": str(device),
+        "capacity": runtime.mem_get_info(device.index)[1],
+        "allocated": runtime.memory_allocated(device.index),
+        "all_reduce": total.item(),
+        "deepspeed": ds._name,
+        "deepspeed_device": ds.device_name(int(os.environ["LOCAL_RANK"])),
+        "visible": info.visible_devices,
+    }
 )
+out = os.path.join(os.environ["RANK_RESULTS"], f"rank{rank}.json")
+with open(out + ".tmp", "w") as f:
+    f.write(record)
+os.replace(out + ".tmp", out)  # the test never reads half a file
 dist.destroy_process_group()

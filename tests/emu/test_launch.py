@@ -4,9 +4,11 @@ mask that skips a physical device keeps rank -> physical device right (issue 7).
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,8 @@ def _port() -> int:
 
 
 def _torchrun(env: dict[str, str], *prefix: str) -> list[dict]:
+    results = Path(tempfile.mkdtemp(prefix="accelreg-ranks-"))
+    env = {**env, "RANK_RESULTS": str(results)}
     cmd = [
         *prefix,
         sys.executable,
@@ -39,10 +43,14 @@ def _torchrun(env: dict[str, str], *prefix: str) -> list[dict]:
         str(_port()),
         RANK,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    rows = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(rows) == 2, proc.stdout
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+        files = sorted(results.glob("rank*.json"))
+        assert len(files) == 2, (files, proc.stdout[-3000:])
+        rows = [json.loads(f.read_text()) for f in files]
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
     return sorted(rows, key=lambda r: r["rank"])
 
 
