@@ -6,27 +6,109 @@ Exit codes (stable, for scripts):
 * 1 — the request failed: ``resolve`` found no such device, ``plan`` found no fit
 * 2 — usage error (bad arguments)
 * 3 — configuration or plugin error (a malformed setting; any failure in strict mode)
+* 141 — the reader of the output went away (``accelreg env | head``), as for any Unix tool
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import AccelregError, ConfigError, DeviceError, DeviceMapError, PluginError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 3
+#: A reader closed the output pipe early (``accelreg env | head``): the status of a process
+#: killed by SIGPIPE, without a traceback.
+EXIT_PIPE = 141
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
-    return "\n".join(lines)
+def _table(rows: list[list[str]], header: list[str], width: int | None = None) -> str:
+    """Left-aligned columns. Given a ``width`` the table does not fit in, the last column wraps
+    within its place; when that leaves it under :data:`_MIN_WRAP` characters, the columns that do
+    not fit go under each row as indented ``header: value`` lines, wrapped to ``width``."""
+    cells = [[str(c) for c in r] for r in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+
+    def line(parts: list[str], ws: list[int]) -> str:
+        return "  ".join(p.ljust(w) for p, w in zip(parts, ws, strict=False)).rstrip()
+
+    lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    if width is None or lead + widths[-1] <= width:
+        return "\n".join(
+            [line(cells[0], widths), line(["-" * w for w in widths], widths)]
+            + [line(r, widths) for r in cells[1:]]
+        )
+    if width - lead >= _MIN_WRAP:
+        room = width - lead
+        out = [
+            line(cells[0], [*widths[:-1], room]),
+            line(["-" * w for w in widths[:-1]] + ["-" * room], widths),
+        ]
+        for r in cells[1:]:
+            parts = textwrap.wrap(r[-1], room, break_on_hyphens=False) or [""]
+            out.append(line([*r[:-1], parts[0]], widths))
+            out.extend(" " * lead + part for part in parts[1:])
+        return "\n".join(out)
+    keep = 1
+    while keep < len(widths) and sum(widths[: keep + 1]) + 2 * keep <= width:
+        keep += 1
+    out = [line(cells[0][:keep], widths[:keep]), line(["-" * w for w in widths[:keep]], widths[:keep])]
+    for r in cells[1:]:
+        out.append(line(r[:keep], widths[:keep]))
+        for name, value in zip(cells[0][keep:], r[keep:], strict=False):
+            if value not in ("", "-"):
+                out.extend(
+                    textwrap.wrap(
+                        f"{name}: {value}",
+                        width,
+                        initial_indent="    ",
+                        subsequent_indent="      ",
+                        break_on_hyphens=False,
+                    )
+                )
+    return "\n".join(out)
+
+
+#: The narrowest a wrapped last column of a table gets before columns move under the rows.
+_MIN_WRAP = 24
+
+
+def _terminal_width() -> int | None:
+    """Columns to fit: ``COLUMNS``, else the terminal's; ``None`` (no limit) for a pipe or file."""
+    columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+    return columns if columns > 0 else None
+
+
+def _wrapped(text: str, width: int | None) -> str:
+    """``text`` wrapped to ``width``; continuation lines indented 4 past the line's own indent."""
+    if width is None or len(text) <= width:
+        return text
+    body = text.lstrip(" ")
+    indent = " " * (len(text) - len(body))
+    lines = textwrap.wrap(
+        body, width, initial_indent=indent, subsequent_indent=indent + "    ", break_on_hyphens=False
+    )
+    return "\n".join(lines) or text
+
+
+def _versions() -> dict[str, str | None]:
+    """accelreg's, torch's and Python's versions (torch's without importing it)."""
+    from importlib import metadata
+
+    from . import __version__
+
+    try:
+        torch_version: str | None = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return {"accelreg": __version__, "torch": torch_version, "python": platform.python_version()}
 
 
 # -- env ----------------------------------------------------------------------------------
@@ -69,6 +151,7 @@ def env_report() -> dict[str, Any]:
         pick = {"device": None, "error": str(exc)}
     s = snap.settings
     return {
+        "versions": _versions(),
         "backends": backends,
         "priority": [b.name for b in snap.order],
         "priority_source": s.sources.get("priority", "default"),
@@ -117,6 +200,17 @@ def _cmd_env(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return EXIT_OK
+    width = _terminal_width()
+
+    def say(text: str = "") -> None:
+        print(_wrapped(text, width))
+
+    versions = report["versions"]
+    say(
+        f"accelreg {versions['accelreg']} (torch {versions['torch'] or 'not installed'}, "
+        f"Python {versions['python']})"
+    )
+    say()
     rows = []
     for b in report["backends"]:
         provider = f"{b['provider']} {b['provider_version']}".strip()
@@ -143,46 +237,50 @@ def _cmd_env(args: argparse.Namespace) -> int:
                 b["reason"],
             ]
         )
-    print(_table(rows, ["#", "backend", "available", "devices", "provider", "visible devices", "why"]))
-    print()
-    print(f"priority: {', '.join(report['priority'])}  (from {report['priority_source']})")
+    print(_table(rows, ["#", "backend", "available", "devices", "provider", "visible devices", "why"], width))
+    say()
+    say(f"priority: {', '.join(report['priority'])}  (from {report['priority_source']})")
     pick = report["resolve"]
     if pick.get("device"):
-        print(f"resolve(): {pick['device']}  ({pick['why']})")
+        say(f"resolve(): {pick['device']}  ({pick['why']})")
     else:
-        print(f"resolve(): error: {pick['error']}")
+        say(f"resolve(): error: {pick['error']}")
     for b in report["backends"]:
         if b["visible_devices_error"]:
-            print(f"visible devices of {b['name']}: {b['visible_devices_error']}")
+            say(f"visible devices of {b['name']}: {b['visible_devices_error']}")
     if report["integrations"]:
-        print(f"\nintegrations: {report['integrations_scope']}")
+        say()
+        say(f"integrations: {report['integrations_scope']}")
         for item in report["integrations"]:
             state = "enabled" if item["enabled"] else "pending" if item.get("pending") else "not enabled"
             version = item.get("version") or "not installed"
             if item.get("version") and item.get("supported"):
                 version += f", {'in' if item.get('in_range') else 'OUTSIDE'} tested range {item['supported']}"
-            print(f"  {item['name']}: {state} ({item['library']} {version})")
+            say(f"  {item['name']}: {state} ({item['library']} {version})")
             if item.get("install"):
-                print(f"      {item['install']}")
+                say(f"      {item['install']}")
             note = item.get("note") or ""
             tested = f"tested with {item.get('supported')}"
             if note.startswith(tested):  # already said on the first line
                 note = note[len(tested) :].lstrip("; ")
             if note:
-                print(f"      {note}")
+                say(f"      {note}")
     if report["skipped"]:
-        print("\nskipped plugins:")
+        say()
+        say("skipped plugins:")
         for item in report["skipped"]:
-            print(f"  {item['plugin']} ({item['distribution'] or 'unknown distribution'}): {item['why']}")
+            say(f"  {item['plugin']} ({item['distribution'] or 'unknown distribution'}): {item['why']}")
     if report["failures"]:
-        print("\nplugin failures:")
+        say()
+        say("plugin failures:")
         for f in report["failures"]:
             dist = f"{f['distribution']} {f['version']}".strip() or "unknown distribution"
-            print(f"  {f['plugin']} ({dist}): {f['stage']}: {f['error']}")
+            say(f"  {f['plugin']} ({dist}): {f['stage']}: {f['error']}")
     if report["warnings"]:
-        print("\nwarnings:")
+        say()
+        say("warnings:")
         for w in report["warnings"]:
-            print(f"  {w}")
+            say(f"  {w}")
     return EXIT_OK
 
 
@@ -297,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="One registry for PyTorch accelerator backends.",
         epilog="Exit codes: 0 ok, 1 request failed, 2 usage error, 3 configuration or plugin error.",
     )
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("env", help="show every backend, why it is (un)available, and what resolve() picks")
@@ -334,7 +433,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version_line() -> str:
+    versions = _versions()
+    return (
+        f"accelreg {versions['accelreg']} (torch {versions['torch'] or 'not installed'}, "
+        f"Python {versions['python']})"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; a reader that closes the pipe early (``| head``) ends it quietly."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        # Like a Unix tool killed by SIGPIPE: no traceback, exit status 128 + 13. Python would
+        # flush stdout again at exit and complain, so point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -24,6 +24,8 @@ from .errors import DeviceError, DeviceMapError
 __all__ = ["add_plan_parser", "build_meta_model", "parse_max_memory"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: Libraries that building a model from its config needs (the ``hf`` extra).
+_HF_LIBRARIES = ("transformers", "accelerate", "huggingface_hub", "tokenizers", "safetensors")
 
 
 class UsageError(ValueError):
@@ -148,7 +150,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"--plot {args.plot!r}: the file name must end in .png or .svg")
         started = time.perf_counter()
-        model, built = build_meta_model(args.model)
+        try:
+            model, built = build_meta_model(args.model)
+        except ModuleNotFoundError as exc:
+            if exc.name not in _HF_LIBRARIES:
+                raise
+            return _fail(
+                args,
+                EXIT_FAILED,
+                f"building {args.model!r} needs {exc.name}, which is not installed "
+                "(pip install 'accelreg[hf]')",
+            )
         build_s = time.perf_counter() - started
         dtype = args.dtype or ("float16" if args.quantization else None)
         started = time.perf_counter()
@@ -170,12 +182,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:  # bad sizes, keys or dtype in the arguments
         return _fail(args, EXIT_USAGE, str(exc))
 
-    plotted = None
+    plotted = plot_error = None
     if args.plot:
         try:
             plotted = str(_plot(result, args.plot, built))
         except ImportError:
             return _fail(args, EXIT_FAILED, "--plot needs matplotlib (pip install 'accelreg[plot]')")
+        except OSError as exc:  # the plan is still good: print it, then say why there is no plot
+            plot_error = f"--plot {args.plot!r}: cannot write the file: {exc.strerror or exc}"
 
     if args.json:
         data = result.as_dict()
@@ -187,8 +201,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             plan_seconds=round(plan_s, 4),
             plot=plotted,
         )
+        if plot_error:
+            data["plot_error"] = plot_error
         print(json.dumps(data, indent=2))
-        return EXIT_OK
+        return _plot_failed(plot_error)
 
     from .cli import _table
 
@@ -200,6 +216,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     )
     print()
     print(_table(rows(result), ["place", "used", "budget", "headroom", "share", "layers"]))
+    if any(usage.headroom for usage in result.places):
+        print("headroom: space reserved (not free) to run the largest offloaded layer on that device")
     for note in result.notes:
         print(f"note: {note}")
     print()
@@ -211,7 +229,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(f"built on meta in {build_s:.2f} s; planned in {1000 * plan_s:.1f} ms")
     if plotted:
         print(f"plot written to {plotted}")
-    return EXIT_OK
+    return _plot_failed(plot_error)
+
+
+def _plot_failed(error: str | None) -> int:
+    if error is None:
+        return EXIT_OK
+    sys.stdout.flush()  # the plan first, then the error
+    print(f"accelreg plan: {error}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def _plot(result: Any, path: str, title: str) -> Path:
