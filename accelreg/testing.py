@@ -272,14 +272,27 @@ class BackendConformance:
     Every check runs against the real runtime in the current process: availability with a
     reason, device count, resolve round trips for every index, a tensor allocated and read
     back on each device, memory info consistent with an allocation, visible-devices parsing,
-    and well-formed placement rules. Set ``memory_probe_bytes`` to change the allocation used
-    to check memory info (default 64 MiB).
+    and well-formed placement rules.
+
+    Class attributes a vendor may set:
+
+    * ``backend`` — the backend name under test (required).
+    * ``settings`` — passed to :func:`accelreg.configure` before each check, e.g.
+      ``{"disable": ["emu"]}`` or ``{"providers": {"npu": "acme-npu"}}``.
+    * ``memory_probe_bytes`` — size of the allocation the memory check makes on device 0
+      (default 64 MiB); the check is skipped when the backend declares no ``memory_info`` (or it
+      answers ``None``) and when the device has less than twice this much free.
+    * ``visible_devices_samples`` — ``((value, expected ids), ...)``: values of the backend's
+      visible-devices variable in the runtime's own syntax and the physical ids the parser must
+      return for each. Default: comma-separated ids, ``"0"`` and ``"1,0"``, which is what the
+      default parser accepts; a backend whose ``parse_visible_devices`` reads another syntax sets
+      its own. (``""``, no device visible, is the registry's to handle: the kit never sends it.)
     """
 
     backend: str = ""
     memory_probe_bytes: int = 64 << 20
-    #: Passed to :func:`accelreg.configure` before each check (e.g. ``{"disable": ["emu"]}``).
     settings: dict[str, Any] = {}  # noqa: RUF012 - read-only class default
+    visible_devices_samples: tuple[tuple[str, tuple[str, ...]], ...] | None = None
 
     @pytest.fixture(autouse=True)
     def _fresh(self) -> Iterator[None]:
@@ -373,24 +386,36 @@ class BackendConformance:
 
     def test_visible_devices_parsing(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import accelreg
+        from accelreg import registry
 
         info = self._info()
         var = info.visible_devices_var
         if var is None:
             pytest.skip(f"{self.backend} declares no visible-devices variable")
-        from accelreg import registry
-
-        for value, expected in (("0", ("0",)), ("1,0", ("1", "0")), ("", ())):
+        samples = self.visible_devices_samples
+        own_syntax = samples is not None
+        if samples is None:
+            samples = (("0", ("0",)), ("1,0", ("1", "0")))
+        assert samples, "visible_devices_samples is empty: give ((value, expected ids), ...)"
+        for value, expected in samples:
+            assert value.strip(), "visible_devices_samples: the kit does not send empty values"
             monkeypatch.setenv(var, value)
             accelreg.reset()
             accelreg.configure(**self.settings)
-            b = registry.get().backend(self.backend)
-            probed = b._visible()
-            assert probed == (expected, None), f"{var}={value!r} parsed as {probed}"
+            probed = registry.get().backend(self.backend).probe()
+            got = (probed.visible, probed.visible_error)
+            hint = (
+                ""
+                if own_syntax
+                else f"; if {self.backend}'s runtime reads another syntax, set visible_devices_samples "
+                "= ((value, expected ids), ...) on the test class"
+            )
+            assert got == (tuple(expected), None), f"{var}={value!r} parsed as {got}, not {expected}{hint}"
         monkeypatch.delenv(var)
         accelreg.reset()
         accelreg.configure(**self.settings)
-        assert registry.get().backend(self.backend)._visible() == (None, None)
+        probed = registry.get().backend(self.backend).probe()
+        assert (probed.visible, probed.visible_error) == (None, None)
 
     def test_placement_rules_well_formed(self) -> None:
         from accelreg import registry

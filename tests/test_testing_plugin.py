@@ -60,3 +60,57 @@ def test_run_python_reports_child_output():
     assert run_python("print(6 * 7)", name=None).value == 42
     with pytest.raises(AssertionError, match="ZeroDivisionError"):
         run_python("1 / 0", name=None)
+
+
+_PLUS_SYNTAX_PLUGIN = """
+import accelreg
+from accelreg.types import BackendSpec
+
+
+def parse(value):
+    # "card1+card0": this runtime's own syntax, which the default comma parser rejects
+    ids = tuple(part.strip().removeprefix("card") for part in value.split("+") if part.strip())
+    if not all(i.isdecimal() for i in ids):
+        raise ValueError(f"ACME_VISIBLE_DEVICES={value!r} is not card<N>+card<M>...")
+    return ids
+
+
+@accelreg.hookimpl
+def accelreg_backends():
+    yield BackendSpec(
+        name="acme",
+        priority=75,
+        device_type="mtia",
+        is_available=lambda: True,
+        device_count=lambda: 2,
+        visible_devices_var="ACME_VISIBLE_DEVICES",
+        parse_visible_devices=parse,
+    )
+"""
+
+
+def test_conformance_kit_takes_the_vendors_visible_devices_syntax(pytester, monkeypatch):
+    from tests._fakes import make_dist
+
+    root = make_dist(pytester.path / "site", "acme-accel", "1.0", "acme_plugin", _PLUS_SYNTAX_PLUGIN, "acme")
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    pytester.makepyfile(
+        """
+        from accelreg.testing import BackendConformance
+
+        class TestOwnSyntax(BackendConformance):
+            backend = "acme"
+            visible_devices_samples = (("card0", ("0",)), ("card1+card0", ("1", "0")))
+
+        class TestCommaDefault(BackendConformance):
+            backend = "acme"
+        """
+    )
+    result = pytester.runpytest_subprocess("-k", "test_visible_devices_parsing")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*TestCommaDefault*",
+            "*ACME_VISIBLE_DEVICES='1,0' parsed as*set visible_devices_samples*",
+        ]
+    )

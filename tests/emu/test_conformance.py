@@ -19,6 +19,8 @@ _KW = {"devices": 2, "memory": "256MiB"}
 @pytest.mark.accelreg_emu(name="emu", **_KW)
 class TestEmu(BackendConformance):
     backend = "emu"
+    # the emulator's own samples (comma syntax too); the kit's default is ("0", "1,0")
+    visible_devices_samples = (("1", ("1",)), ("1,0", ("1", "0")), (" 0 , 1 ", ("0", "1")))
 
     def test_provider_is_the_emulator(self):
         import accelreg
