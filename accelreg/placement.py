@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import PlacementError
@@ -28,6 +29,7 @@ __all__ = [
     "detach",
     "live_device",
     "load_events",
+    "names_class",
     "placement_rule",
     "rule_for_module",
     "target_device",
@@ -87,23 +89,41 @@ def placement_rule(backend: str, quant_method: str) -> PlacementRule:
     return found
 
 
-def _class_names(cls: type) -> list[str]:
-    return [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__]
+def names_class(module_classes: Sequence[str], cls: type) -> bool:
+    """Whether ``module_classes`` (a :class:`PlacementRule` field) names ``cls`` or a base class.
+
+    Each entry is either a bare class name (``"Linear8bitLt"``) or a dotted path: the defining
+    module's (``"bitsandbytes.nn.modules.Linear8bitLt"``) or a package above it that re-exports
+    the class (``"bitsandbytes.nn.Linear8bitLt"``). Nothing is imported to decide.
+    """
+    for c in cls.__mro__:
+        for entry in module_classes:
+            where, _, name = entry.rpartition(".")
+            if name != c.__name__ and entry != c.__qualname__:
+                continue
+            if not where or entry == c.__qualname__:
+                return True
+            if c.__module__ == where or c.__module__.startswith(where + "."):
+                return True
+            if f"{c.__module__}.{c.__qualname__}" == entry:
+                return True
+    return False
 
 
 def rule_for_module(module: Any, backend: str) -> PlacementRule | None:
     """The placement rule governing ``module`` on ``backend``, or ``None`` if none applies.
 
-    A rule governs a module whose class (or a base class) it names in ``module_classes``.
+    A rule governs a module whose class (or a base class) it names in ``module_classes``
+    (see :func:`names_class`).
     """
     from . import registry
 
-    names = set(_class_names(type(module)))
+    cls = type(module)
     return _best(
         (
             (p, r)
             for p, r in registry.get().rules(backend)
-            if r.backend in (backend, "*") and names.intersection(r.module_classes)
+            if r.backend in (backend, "*") and names_class(r.module_classes, cls)
         ),
         backend,
     )

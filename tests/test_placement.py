@@ -467,3 +467,29 @@ def test_a_plugin_rule_with_adapters_applies_at_load_time() -> None:
     m.load_state_dict(sd)
     assert seen == [("before", ["SCB", "bias", "weight", "weight_format"]), ("after", "cpu")]
     assert not m.state_dict().keys() - sd.keys() and m.weight.SCB is None
+
+
+def test_module_classes_take_a_dotted_path_or_a_bare_class_name() -> None:
+    cls = bnb.nn.Linear8bitLt
+    assert cls.__module__ == "bitsandbytes.nn.modules"
+    for entry in (
+        "bitsandbytes.nn.modules.Linear8bitLt",  # where it is defined
+        "bitsandbytes.nn.Linear8bitLt",  # where users import it from
+        "Linear8bitLt",  # bare class name
+        "torch.nn.Module",  # a base class
+    ):
+        assert placement.names_class((entry,), cls), entry
+    for entry in ("Linear4bit", "torch.nn.Linear8bitLt", "nn.modules.Linear8bitLt", "Embedding"):
+        assert not placement.names_class((entry,), cls), entry
+    bare = types.SimpleNamespace(
+        accelreg_placement_rules=accelreg.hookimpl(
+            lambda backend: [
+                PlacementRule(
+                    backend="*", quant_method="acme_int8", module_classes=("Linear8bitLt",), provider="t"
+                )
+            ]
+        )
+    )
+    accelreg.register(bare, name="bare-name-rules")
+    rule = placement.rule_for_module(lin8(), "cpu")
+    assert rule is not None and rule.quant_method == "acme_int8"  # external beats the built-in
