@@ -213,8 +213,14 @@ def run_all(blocks: list[Block]) -> dict[str, str | None]:
 
 
 @pytest.fixture(scope="module")
-def outcomes() -> dict[str, str | None]:
-    return run_all(ALL_BLOCKS)
+def outcomes(request: pytest.FixtureRequest) -> dict[str, str | None]:
+    """Run the blocks of the selected tests (``-k getting`` runs only that page's)."""
+    selected = [
+        item.callspec.params["block"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_block" and hasattr(item, "callspec")
+    ]
+    return run_all(selected)
 
 
 @pytest.mark.parametrize("block", ALL_BLOCKS, ids=[b.id for b in ALL_BLOCKS])
