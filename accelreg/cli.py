@@ -205,11 +205,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
     def say(text: str = "") -> None:
         print(_wrapped(text, width))
 
-    versions = report["versions"]
-    say(
-        f"accelreg {versions['accelreg']} (torch {versions['torch'] or 'not installed'}, "
-        f"Python {versions['python']})"
-    )
+    say(_version_line(report["versions"]))
     say()
     rows = []
     for b in report["backends"]:
@@ -433,8 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _version_line() -> str:
-    versions = _versions()
+def _version_line(versions: dict[str, str | None] | None = None) -> str:
+    """``accelreg 0.1.0 (torch 2.13.0+cpu, Python 3.11.7)``."""
+    versions = versions or _versions()
     return (
         f"accelreg {versions['accelreg']} (torch {versions['torch'] or 'not installed'}, "
         f"Python {versions['python']})"

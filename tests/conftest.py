@@ -10,23 +10,25 @@ pytest_plugins = ["pytester"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Build the emulated accelerator into the checkout's pytest cache, not ``~/.cache``.
+    """Build the emulated accelerator (and keep matplotlib's font cache) in the checkout's
+    pytest cache, not ``~/.cache``.
 
     Set once per session (children started by the tests inherit it), so the extension is built
     at most once per checkout and source hash; an ``ACCELREG_EMU_CACHE`` the caller set wins.
     Without the cache provider (``-p no:cacheprovider``) it goes under pytest's base temporary
     directory, built once for that session.
     """
-    if os.environ.get("ACCELREG_EMU_CACHE"):
-        return
     cache = getattr(config, "cache", None)
-    if cache is not None:
-        where = cache.mkdir("accelreg-emu")
-    else:
-        from _pytest.tmpdir import TempPathFactory
+    for var, name in (("ACCELREG_EMU_CACHE", "accelreg-emu"), ("MPLCONFIGDIR", "matplotlib")):
+        if os.environ.get(var):
+            continue
+        if cache is not None:
+            where = cache.mkdir(name)
+        else:
+            from _pytest.tmpdir import TempPathFactory
 
-        where = TempPathFactory.from_config(config, _ispytest=True).mktemp("accelreg-emu", numbered=False)
-    os.environ["ACCELREG_EMU_CACHE"] = str(where)
+            where = TempPathFactory.from_config(config, _ispytest=True).mktemp(name, numbered=False)
+        os.environ[var] = str(where)
 
 
 @pytest.fixture(autouse=True)
