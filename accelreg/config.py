@@ -195,7 +195,10 @@ def _short(value: Any) -> str:
     """``repr(value)`` for a message, cut short (a 4,000-digit int is not worth printing)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a list holding a 5,000-digit int cannot be printed
+        return f"a {type(value).__name__} that cannot be printed"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
