@@ -498,6 +498,7 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory() as tmp:
         result = corpus(Path(tmp))
+    print("| outcome | cases |\n| --- | ---: |")
     for key, value in sorted(result.items()):
         print(f"| {key} | {value} |")
     print(f"| **total** | **{sum(result.values())}** |")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import DeviceError
 from ..types import Availability, BackendInfo, BackendSpec, MemoryInfo, PluginFailure
-from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout, safe_repr, safe_str
+from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout, describe, safe_repr, safe_str
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -122,12 +122,9 @@ def parse_visible(spec: BackendSpec, value: str) -> tuple[tuple[str, ...] | None
 
 
 def package_installed(package: str) -> bool:
-    """Whether ``package`` (possibly dotted) can be found; a dotted name imports its parents."""
-    parts = package.split(".")
-    for i in range(1, len(parts) + 1):
-        if importlib.util.find_spec(".".join(parts[:i])) is None:
-            return False
-    return True
+    """Whether the top-level package of ``package`` can be found. Only the top level is looked
+    up: finding a submodule would import its parents, i.e. run vendor code."""
+    return importlib.util.find_spec(package.split(".", 1)[0]) is not None
 
 
 class Backend:
@@ -320,11 +317,12 @@ class Backend:
             return "installed plugins conflict over it"  # and the conflict says which
         package = self.spec.runtime_package
         if package:
+            top = package.split(".", 1)[0]
             try:
-                if self.call("runtime_package", package_installed, package):
-                    return f"{package} is installed"
-            except ProbeFailed as failed:
-                return f"{package} is installed but cannot be looked up: {failed.failure.error}"
+                if package_installed(package):
+                    return f"{top} is installed"
+            except CONTAINED as exc:  # a broken install: something of it is there
+                return f"{top} is installed but cannot be looked up: {describe(exc)}"
         var = self.spec.visible_devices_var
         value = snap.environ.get(var) if var else None
         if value is not None and value.strip():

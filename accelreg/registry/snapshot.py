@@ -99,7 +99,7 @@ class Snapshot:
             if failure not in self.failures:
                 self.failures.append(failure)
         if self.settings.strict:
-            raise PluginError(f"{failure} (ACCELREG_STRICT is set)") from None
+            raise PluginError(f"{failure} (ACCELREG_STRICT is set)") from exc
         return failure
 
     def warn(self, message: str, *, record: str | None = None, emit: bool = True) -> None:
