@@ -29,10 +29,10 @@ from accelreg import AccelregError, ConfigError, PluginError
 from accelreg.types import PlacementRule
 
 try:
-    from ._fakes import make_dist, plugin, spec
+    from ._fakes import LyingInt, make_dist, plugin, spec
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests._fakes import make_dist, plugin, spec
+    from tests._fakes import LyingInt, make_dist, plugin, spec
 
 HEALTHY = torch.device("xpu", 1)
 CALLABLES = (
@@ -431,23 +431,13 @@ def test_spec_fields_of_the_wrong_type_are_refused():
     assert "_Nonsense" not in errors and "Nonsense:" not in errors  # no internal class names
 
 
-class _Lying(int):
-    """An int whose own methods lie or raise: Python and torch use its int value."""
-
-    def __int__(self) -> int:
-        return 0
-
-    def __lt__(self, other: Any) -> bool:
-        raise RuntimeError("comparison raises")
-
-    __le__ = __gt__ = __ge__ = __lt__
-
-
 def test_int_subclasses_are_read_by_their_value_not_their_methods():
-    accelreg.register(plugin(spec("cuda", _Lying(2), priority=100, current=_Lying(1))), "fakeplugin_lying")
+    accelreg.register(
+        plugin(spec("cuda", LyingInt(2), priority=100, current=LyingInt(1))), "fakeplugin_lying"
+    )
     assert accelreg.device_count() == 2 and {b.name: b for b in accelreg.backends()}["cuda"].device_count == 2
     assert accelreg.resolve() == torch.device("cuda", 1)
-    assert accelreg.resolve(_Lying(1)) == torch.device("cuda", 1)  # not cuda:0, which int() says
+    assert accelreg.resolve(LyingInt(1)) == torch.device("cuda", 1)  # not cuda:0, which int() says
     assert not accelreg.failures()
 
 

@@ -25,10 +25,10 @@ from accelreg.planner.budgets import parse_budgets
 from accelreg.visible import parse_cuda_visible_devices, parse_visible_devices
 
 try:
-    from ._fakes import plugin, spec
+    from ._fakes import LyingInt, plugin, spec
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests._fakes import plugin, spec
+    from tests._fakes import LyingInt, plugin, spec
 
 NAMES = [
     "cuda",
@@ -62,18 +62,6 @@ VALID_STRINGS = {
     "xpu:0": torch.device("xpu", 0),
     "xpu": torch.device("xpu", 0),
 }
-
-
-class LyingInt(int):
-    """An int whose ``__int__`` lies and whose comparisons raise: its value is what counts."""
-
-    def __int__(self) -> int:
-        return 0
-
-    def __lt__(self, other: object) -> bool:
-        raise RuntimeError("comparison raises")
-
-    __le__ = __gt__ = __ge__ = __lt__
 
 
 def _machine() -> None:

@@ -71,40 +71,10 @@ class Budgets:
 def device_key(key: Any, *, what: str = "max_memory key") -> str:
     """A device-map place as a fully qualified string: ``"npu:0"``, ``"cpu"``, ``"disk"``.
 
-    Strings are checked for form only (so absent backends work); ints go through the registry.
+    Strings are checked for form only (so absent backends work); ints (by ``operator.index``)
+    go through the registry; a bare name is kept as given.
     """
-    import torch
-
-    if isinstance(key, bool):
-        raise TypeError(f"{what} {key!r} is a bool, not a device")
-    if isinstance(key, int):
-        from ..resolution import qualify
-
-        if key < 0:
-            raise ValueError(f"{what} {key}: device indices are never negative")
-        return qualify(key)
-    if isinstance(key, torch.device):
-        key = str(key)
-    if not isinstance(key, str):
-        raise TypeError(
-            f"{what} {key!r}: expected a device string such as 'npu:0', an int index, 'cpu' or 'disk'"
-        )
-    m = _DEVICE.fullmatch(key)
-    if m is None:
-        raise ValueError(
-            f"{what} {key!r} is not a device: expected 'name:index' such as 'npu:0', 'cpu' or 'disk'"
-        )
-    name, index = m.group(1), m.group(2)
-    if name in _NOT_PLACES:
-        raise ValueError(f"{what} {key!r} is not a place weights can live on (use a device, 'cpu' or 'disk')")
-    if name in ("cpu", "disk"):
-        if index not in (None, "0"):
-            raise ValueError(f"{what} {key!r}: {name} has no index")
-        return name
-    return f"{name}:{int(index)}" if index is not None else name
-
-
-_FORMS = "'cpu', 'disk', an int index, or 'name:index' such as 'npu:0'"
+    return _place(key, what)[0]
 
 
 def budget_key(key: Any) -> str:
@@ -115,44 +85,55 @@ def budget_key(key: Any) -> str:
     Raises :class:`TypeError` for a key of the wrong type and :class:`DeviceMapError` for a
     string that is no place, naming the accepted forms and the closest registered name.
     """
+    place, bare = _place(key, "max_memory key")
+    if not bare:
+        return place
+    backend = _registered(place)
+    if backend is not None and not backend.spec.indexed:
+        return place
+    if backend is not None:
+        raise DeviceMapError(
+            f"max_memory key {key!r} names no single device: {place} addresses devices by index "
+            f"({place + ':0'!r}, ...); accepted: {_FORMS}"
+        )
+    raise DeviceMapError(f"max_memory key {key!r} is not a device: expected {_FORMS}{_hint(key)}")
+
+
+_FORMS = "'cpu', 'disk', an int index, or 'name:index' such as 'npu:0'"
+
+
+def _place(key: Any, what: str) -> tuple[str, bool]:
+    """``(place, bare)``: the place ``key`` names, and whether it is a bare backend name."""
     import torch
 
     if isinstance(key, bool):
-        raise TypeError(f"max_memory key {key!r} is a bool, not a device")
+        raise TypeError(f"{what} {key!r} is a bool, not a device")
     if not isinstance(key, (str, torch.device)) and hasattr(type(key), "__index__"):
         from ..resolution import qualify
 
         index = operator.index(key)  # the value Python and torch use, whatever int() says
         if index < 0:
-            raise DeviceMapError(f"max_memory key {index}: device indices are never negative")
-        return qualify(index)
+            raise DeviceMapError(f"{what} {index}: device indices are never negative")
+        return qualify(index), False
     if isinstance(key, torch.device):
         key = str(key)
     if not isinstance(key, str):
-        raise TypeError(f"max_memory key {_shown(key)}: expected {_FORMS}")
+        raise TypeError(f"{what} {_shown(key)}: expected {_FORMS}")
     m = _DEVICE.fullmatch(key)
     if m is None:
-        raise DeviceMapError(f"max_memory key {_shown(key)} is not a device: expected {_FORMS}{_hint(key)}")
+        raise DeviceMapError(f"{what} {_shown(key)} is not a device: expected {_FORMS}{_hint(key)}")
     name, index = m.group(1), m.group(2)
     if name in _NOT_PLACES:
         raise DeviceMapError(
-            f"max_memory key {key!r} is not a place weights can live on (use a device, 'cpu' or 'disk')"
+            f"{what} {key!r} is not a place weights can live on (use a device, 'cpu' or 'disk')"
         )
     if name in ("cpu", "disk"):
         if index not in (None, "0"):
-            raise DeviceMapError(f"max_memory key {key!r}: {name} has no index")
-        return name
+            raise DeviceMapError(f"{what} {key!r}: {name} has no index")
+        return name, False
     if index is not None:
-        return f"{name}:{int(index)}"
-    backend = _registered(name)
-    if backend is not None and not backend.spec.indexed:
-        return name
-    if backend is not None:
-        raise DeviceMapError(
-            f"max_memory key {key!r} names no single device: {name} addresses devices by index "
-            f"({name + ':0'!r}, ...); accepted: {_FORMS}"
-        )
-    raise DeviceMapError(f"max_memory key {key!r} is not a device: expected {_FORMS}{_hint(key)}")
+        return f"{name}:{int(index)}", False
+    return name, True
 
 
 def _registered(name: str) -> Any:
