@@ -67,10 +67,18 @@ def backends() -> list[BackendInfo]:
 
 
 def current_backend() -> BackendInfo:
-    """The first available backend by priority; ``cpu`` when no accelerator is available."""
-    from . import registry
+    """The first available backend by priority; ``cpu`` when no accelerator is available.
 
-    return registry.get().current().info()
+    Warns once (raises :class:`DeviceError` in strict mode) when that passes over a backend
+    that is present here but failing, as :func:`resolve` does.
+    """
+    from . import registry
+    from .resolution import check_fallback
+
+    snap = registry.get()
+    current = snap.current()
+    check_fallback(snap, current, launcher_raises=False)
+    return current.info()
 
 
 def device_count(backend: str | None = None) -> int:

@@ -18,6 +18,7 @@ import platform
 import shutil
 import sys
 import textwrap
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -285,7 +286,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
     from . import registry
     from .config import KEYS
 
-    settings = registry.get().settings
+    snap = registry.get()
+    settings = snap.settings
     data = {
         "values": {
             key: {"value": _plain(getattr(settings, key)), "source": settings.sources.get(key, "default")}
@@ -293,7 +295,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
         },
         "files": list(settings.files),
         "errors": list(settings.errors),
-        "warnings": list(settings.warnings),
+        # unknown keys, and what selection found (names no plugin provides, providers)
+        "warnings": [w for w in snap.warnings if w not in settings.errors],
     }
     if args.json:
         print(json.dumps(data, indent=2))
@@ -438,6 +441,19 @@ def _version_line(versions: dict[str, str | None] | None = None) -> str:
     )
 
 
+def _show_warning(
+    message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """accelreg's own warnings as one line on stderr, without a source line from inside it."""
+    from ._warn import PREFIX
+
+    text = str(message)
+    if issubclass(category, RuntimeWarning) and text.startswith(PREFIX):
+        print(f"accelreg: warning: {text[len(PREFIX) :]}", file=sys.stderr)
+    else:
+        print(warnings.formatwarning(message, category, filename, lineno, line).rstrip(), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; a reader that closes the pipe early (``| head``) ends it quietly."""
     try:
@@ -459,6 +475,15 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    with warnings.catch_warnings():
+        if args.command in ("env", "config"):
+            # Their reports list every warning already: say each once.
+            warnings.filterwarnings("ignore", message="accelreg: ", category=RuntimeWarning)
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except ConfigError as exc:

@@ -62,6 +62,13 @@ KEYS: dict[str, _Key] = {
     "probe_timeout": _Key(
         "ACCELREG_PROBE_TIMEOUT", "timeout", 60.0, "seconds a probe may take before it is cut off"
     ),
+    "cpu_fallback": _Key(
+        "ACCELREG_CPU_FALLBACK",
+        "bool",
+        False,
+        "under a launcher, let resolve() fall back to cpu (with a warning) when an accelerator "
+        "is present but failing",
+    ),
 }
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -79,10 +86,13 @@ class Settings(NamedTuple):
         strict: Whether failures and warnings raise.
         providers: Backend name -> distribution chosen where several provide it.
         probe_timeout: Seconds a probe may run.
+        cpu_fallback: Whether, under a launcher, ``resolve()`` may fall back to ``cpu`` when an
+            accelerator is present but failing (it always warns; without this it raises).
         sources: Key -> where its value came from (``"argument"``, ``"env ACCELREG_PRIORITY"``,
             a file path, or ``"default"``).
         files: The configuration files that were read.
-        warnings: Problems that are not errors outside strict mode (unknown keys).
+        warnings: Problems that are not errors (unknown keys, one line per file; a working
+            directory that no longer exists).
         errors: Configuration files that could not be used (unreadable, malformed, too big,
             bad values), each with its problem. Outside strict mode such a file is skipped
             and reported; in strict mode :func:`load_settings` raises instead.
@@ -95,6 +105,7 @@ class Settings(NamedTuple):
     strict: bool = False
     providers: Mapping[str, str] = MappingProxyType({})
     probe_timeout: float = 60.0
+    cpu_fallback: bool = False
     sources: Mapping[str, str] = MappingProxyType({})
     files: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -125,12 +136,13 @@ def _check_names(items: Any, where: str) -> tuple[str, ...]:
     out: list[str] = []
     for item in items:
         if not isinstance(item, str):
-            raise ConfigError(f"{where}: names must be strings, got {item!r}")
+            raise ConfigError(f"{where}: names must be strings, got {_short(item)}")
         if not NAME_RE.fullmatch(item):
             raise ConfigError(
-                f"{where}: {item!r} is not a valid name (lower case letters, digits and "
+                f"{where}: {_short(item)} is not a valid name (lower case letters, digits and "
                 "underscores, starting with a letter)"
             )
+        item = str.__str__(item)
         if item in out:
             raise ConfigError(f"{where}: {item!r} is listed twice")
         out.append(item)
@@ -146,6 +158,8 @@ def _check_providers(value: Any, where: str) -> dict[str, str]:
             name, sep, dist = item.partition("=")
             if not sep:
                 raise ConfigError(f"{where}: expected name=distribution, got {item!r}")
+            if name.strip() in pairs:
+                raise ConfigError(f"{where}: {name.strip()!r} is listed twice")
             pairs[name.strip()] = dist.strip()
         value = pairs
     if not isinstance(value, Mapping):
@@ -153,9 +167,9 @@ def _check_providers(value: Any, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, dist in value.items():
         if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-            raise ConfigError(f"{where}: {name!r} is not a valid backend name")
+            raise ConfigError(f"{where}: {_short(name)} is not a valid backend name")
         if not isinstance(dist, str) or not _DIST_RE.fullmatch(dist):
-            raise ConfigError(f"{where}: {dist!r} is not a valid distribution name")
+            raise ConfigError(f"{where}: {_short(dist)} is not a valid distribution name")
         out[name] = dist
     return out
 
@@ -167,10 +181,25 @@ def _check_timeout(value: Any, where: str) -> float:
         except ValueError:
             raise ConfigError(f"{where}: expected a number of seconds, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}: expected a number of seconds, got {value!r}")
-    if not math.isfinite(value) or not 0 < value <= 3600:
-        raise ConfigError(f"{where}: probe_timeout must be in (0, 3600] seconds, got {value!r}")
-    return float(value)
+        raise ConfigError(f"{where}: expected a number of seconds, got {_short(value)}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float: certainly not in range
+        seconds = math.inf
+    if not math.isfinite(seconds) or not 0 < seconds <= 3600:
+        raise ConfigError(f"{where}: probe_timeout must be in (0, 3600] seconds, got {_short(value)}")
+    return seconds
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` for a message, cut short (a 4,000-digit int is not worth printing)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a list holding a 5,000-digit int cannot be printed
+        return f"a {type(value).__name__} that cannot be printed"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:
@@ -184,7 +213,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         return names
     if kind == "bool":
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}: expected true or false, got {_short(value)}")
         return value
     if kind == "providers":
         return _check_providers(value, where)
@@ -223,11 +252,17 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if len(data) > MAX_FILE_BYTES:
         raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES} bytes; refusing to parse it")
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+    except (RecursionError, ValueError, OverflowError, MemoryError) as exc:
+        # Arrays nested thousands deep, integers past Python's 4,300-digit limit: valid-looking
+        # TOML that the parser cannot take. The file is skipped like a malformed one.
+        raise ConfigError(f"{path}: cannot be parsed: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def _table(path: Path, *, pyproject: bool) -> dict[str, Any] | None:
@@ -263,8 +298,12 @@ def user_file(environ: Mapping[str, str]) -> Path | None:
     """``$ACCELREG_CONFIG`` (must exist), else ``$XDG_CONFIG_HOME/accelreg/config.toml``."""
     explicit = environ.get("ACCELREG_CONFIG")
     if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_file():
+        try:
+            path = Path(explicit).expanduser()
+            found = path.is_file()
+        except (OSError, RuntimeError, ValueError) as exc:  # a name too long, ~nosuchuser
+            raise ConfigError(f"ACCELREG_CONFIG={explicit}: cannot be used: {exc}") from None
+        if not found:
             raise ConfigError(f"ACCELREG_CONFIG={explicit}: no such file")
         return path
     base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
@@ -299,8 +338,9 @@ def load_settings(
     files: list[str] = []
     errors: list[str] = []
     layers: list[tuple[Path, dict[str, Any]]] = []
+    start = cwd if cwd is not None else _working_directory(warnings)
     for finder in (
-        lambda: find_project_file(Path.cwd() if cwd is None else cwd),
+        lambda: find_project_file(start) if start is not None else None,
         lambda: _user_layer(environ),
     ):
         try:
@@ -338,7 +378,7 @@ def check_explicit(explicit: Mapping[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, value in explicit.items():
         if key not in KEYS:
-            raise ConfigError(f"configure(): unknown setting {key!r}; known: {', '.join(KEYS)}")
+            raise ConfigError(f"configure(): unknown setting {_short(key)}; known: {', '.join(KEYS)}")
         values[key] = _coerce(key, value, f"configure({key}=...)")
     return values
 
@@ -348,12 +388,32 @@ def _user_layer(environ: Mapping[str, str]) -> tuple[Path, dict[str, Any]] | Non
     return None if path is None else (path, _table(path, pyproject=False))
 
 
+def _working_directory(warnings: list[str]) -> Path | None:
+    """The working directory, or ``None`` (and a warning) when it no longer exists."""
+    try:
+        return Path.cwd()
+    except OSError as exc:
+        warnings.append(
+            f"the working directory cannot be read ({exc.strerror or exc}); no project configuration "
+            "file (accelreg.toml, pyproject.toml) was searched"
+        )
+        return None
+
+
 def _file_values(path: Path, table: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     """Validate a whole file first, so a file with one bad value contributes nothing."""
     out: dict[str, Any] = {}
+    unknown = [key for key in table if key not in KEYS]
     for key, value in table.items():
-        if key not in KEYS:
-            warnings.append(f"{path}: unknown setting {key!r} (known: {', '.join(KEYS)})")
-            continue
-        out[key] = _coerce(key, value, f"{path}: {key}")
+        if key in KEYS:
+            try:
+                out[key] = _coerce(key, value, f"{path}: {key}")
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - whatever a value does, the file is skipped
+                raise ConfigError(f"{path}: {key}: unusable value: {type(exc).__name__}") from None
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
+        plural = "s" if len(unknown) > 1 else ""
+        warnings.append(f"{path}: unknown setting{plural} {names} (known: {', '.join(KEYS)})")
     return out

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from .errors import ConfigError, DeviceError
 
-__all__ = ["visible_devices_env"]
+__all__ = ["check_devices_exist", "visible_devices_env"]
 
 
 def visible_devices_env(backend: str | None, ids: Sequence[int | str]) -> dict[str, str]:
@@ -49,8 +49,44 @@ def visible_devices_env(backend: str | None, ids: Sequence[int | str]) -> dict[s
     return {var: value}
 
 
+def check_devices_exist(backend: str | None, ids: Sequence[int | str]) -> None:
+    """Refuse ids that ``backend`` (default: the current one) does not have in this process.
+
+    Without a mask the backend's physical devices are ``0..count-1``; under an inherited mask
+    they are the ids it lists. ``"1.0"`` (device.subdevice) is checked by its device; ids that
+    are not numbers (CUDA UUIDs) cannot be checked and pass. Raises :class:`DeviceError`
+    naming the devices there are, so a job is never started on devices that do not exist
+    (its ranks would find no device at all).
+    """
+    from . import registry
+
+    snap = registry.get()
+    b = snap.current() if backend is None else snap.backend(backend)
+    if not b.available:
+        raise DeviceError(
+            f"{b.name} is not available here ({b.probe().availability.reason}); "
+            f"cannot start a job on its devices {', '.join(map(str, ids))}"
+        )
+    probed = b.probe()
+    have = list(probed.visible) if probed.visible is not None else [str(i) for i in range(b.count)]
+    bases = {h.split(".", 1)[0] for h in have}
+    missing = [
+        str(i) for i in ids if str(i).split(".", 1)[0].isdecimal() and str(i).split(".", 1)[0] not in bases
+    ]
+    if missing:
+        var = b.spec.visible_devices_var
+        where = f" (visible through {var}={snap.environ.get(var)!r})" if probed.visible is not None else ""
+        raise DeviceError(
+            f"{b.name} has no device {', '.join(missing)}: its devices here are {', '.join(have) or 'none'}{where}"
+        )
+
+
 def run(backend: str | None, ids: Sequence[int | str], command: Sequence[str]) -> None:
-    """Replace this process with ``command`` under the mask for ``ids`` (never returns)."""
+    """Replace this process with ``command`` under the mask for ``ids`` (never returns).
+
+    Ids the backend does not have are refused first (:func:`check_devices_exist`).
+    """
     env = dict(os.environ)
     env.update(visible_devices_env(backend, ids))
+    check_devices_exist(backend, ids)
     os.execvpe(command[0], list(command), env)

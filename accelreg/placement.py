@@ -14,7 +14,11 @@ The hooks live on the modules, so every caller of ``load_state_dict`` gets them:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
+import operator
+import re
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -30,6 +34,7 @@ __all__ = [
     "live_device",
     "load_events",
     "names_class",
+    "own_rule",
     "placement_rule",
     "rule_for_module",
     "target_device",
@@ -45,6 +50,79 @@ QUANT_METHODS = {
     "nf4": "bnb_4bit",
     "fp4": "bnb_4bit",
 }
+
+
+_BACKEND = re.compile(r"\*|[a-z][a-z0-9_]{0,63}")
+_METHOD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
+_COUNTS = ("bytes_per_row", "block_size", "bytes_per_block", "fixed_bytes")
+_KEY_TUPLES = ("travelling_keys", "dropped_keys")
+
+
+def own_rule(rule: Any) -> PlacementRule:
+    """A validated copy of a rule a plugin yielded, which the plugin cannot change afterwards.
+
+    Every field is copied (fields added later included); the ones the planner and the load
+    hooks compute with are checked: a backend name or ``"*"``, a quantization method name,
+    qualified class names, parameter and state-dict key names, ``offload`` within
+    ``{"cpu", "disk"}``, ``0 < bits_per_element <= 64``, non-negative integer byte counts and
+    callables. Raises ``ValueError`` naming the first problem.
+    """
+    if not isinstance(rule, PlacementRule):
+        raise ValueError(f"{type(rule).__name__} is not a PlacementRule")
+    values = {f.name: getattr(rule, f.name) for f in dataclasses.fields(PlacementRule)}
+    for name, pattern in (("backend", _BACKEND), ("quant_method", _METHOD), ("param", _KEY)):
+        value = values[name]
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise ValueError(f"{name} must be a name, got {_short(value)}")
+        values[name] = str.__str__(value)
+    for name, pattern in (("module_classes", _CLASS), *((k, _KEY) for k in _KEY_TUPLES)):
+        values[name] = _names(name, values[name], pattern, empty_ok=name != "module_classes")
+    offload = values["offload"]
+    if not isinstance(offload, (set, frozenset)) or not all(isinstance(o, str) for o in offload):
+        raise ValueError(f"offload must be a set of 'cpu'/'disk', got {_short(offload)}")
+    offload = frozenset(str.__str__(o) for o in offload)
+    if not offload <= {"cpu", "disk"}:
+        raise ValueError(f"offload may name only 'cpu' and 'disk', got {sorted(offload)}")
+    values["offload"] = offload
+    bits = values["bits_per_element"]
+    if isinstance(bits, bool) or not isinstance(bits, (int, float)):
+        raise ValueError(f"bits_per_element must be a number, got {_short(bits)}")
+    bits = operator.index(bits) if isinstance(bits, int) else float.__float__(bits)
+    if not (math.isfinite(bits) and 0 < bits <= 64):
+        raise ValueError(f"bits_per_element must be in (0, 64], got {bits!r}")
+    values["bits_per_element"] = bits
+    for name in _COUNTS:
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int) or operator.index(value) < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {_short(value)}")
+        values[name] = operator.index(value)
+    if not isinstance(values["provider"], str):
+        raise ValueError(f"provider must be a string, got {_short(values['provider'])}")
+    values["provider"] = str.__str__(values["provider"])
+    for name in ("before_load", "after_load"):
+        if values[name] is not None and not callable(values[name]):
+            raise ValueError(f"{name} must be callable or None")
+    return PlacementRule(**values)
+
+
+def _names(field: str, value: Any, pattern: re.Pattern[str], *, empty_ok: bool) -> tuple[str, ...]:
+    if not isinstance(value, (tuple, list)) or not all(
+        isinstance(v, str) and pattern.fullmatch(v) for v in value
+    ):
+        raise ValueError(f"{field} must be a tuple of names, got {_short(value)}")
+    if not value and not empty_ok:
+        raise ValueError(f"{field} is empty: the rule would govern no module")
+    return tuple(str.__str__(v) for v in value)
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a hostile value; its type is enough
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _score(plugin: Any, rule: PlacementRule, backend: str) -> int:

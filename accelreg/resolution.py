@@ -8,6 +8,7 @@ or a float is never a device index).
 from __future__ import annotations
 
 import numbers
+import operator
 import re
 import sys
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from .registry import Backend, Snapshot
 
-__all__ = ["format_device", "qualify", "resolve"]
+__all__ = ["check_fallback", "format_device", "qualify", "resolve"]
 
 #: Answers of the current snapshot: ``spec -> (type(spec), device)``. Replaced, never cleared
 #: in place, so a lookup always sees one snapshot's answers.
@@ -35,13 +36,16 @@ def resolve(spec: Any = None, *, backend: str | None = None) -> torch.device:
     Args:
         spec: ``None`` or ``"auto"`` (the current backend's device for this process: index
             ``LOCAL_RANK`` when a launcher set it, else the runtime's current index; ``cpu``
-            without an accelerator); an ``int`` index on the current backend; a string such as
-            ``"npu"``, ``"npu:1"``, ``"cpu"``, ``"meta"``; or a ``torch.device``.
+            without an accelerator); an ``int`` index on the current backend (int-likes by
+            ``operator.index``); a string such as ``"npu"``, ``"npu:1"``, ``"cpu"``,
+            ``"meta"``; or a ``torch.device``.
         backend: Resolve on this backend instead of the current one.
 
     Raises:
         DeviceError: the spec names no device that exists and is available here (the message
-            names what is available).
+            names what is available); or ``None``/``"auto"`` would fall back to ``cpu`` past an
+            accelerator that is present but failing, under a launcher (unless ``cpu_fallback``
+            is set) or in strict mode. Outside those it warns once instead.
         TypeError: the spec has the wrong type (``bool``, ``float``, ...).
     """
     if backend is None:
@@ -93,7 +97,8 @@ def resolve_in(snap: Snapshot, spec: Any, backend: str | None = None) -> torch.d
     if isinstance(spec, bool):
         raise TypeError(f"{spec!r} is a bool, not a device index; pass an int such as 0")
     if isinstance(spec, numbers.Integral):
-        return _index(snap, forced, int(spec))
+        # operator.index: the value Python and torch use (an int subclass's __int__ may lie).
+        return _index(snap, forced, operator.index(spec))
     if isinstance(spec, str):
         return _string(snap, forced, spec)
     if isinstance(spec, torch.device):
@@ -122,16 +127,45 @@ def _usable(snap: Snapshot, b: Backend) -> Backend:
 def _current_accelerator(snap: Snapshot, what: str) -> Backend:
     b = snap.current()
     if b.name == "cpu":
+        passed = snap.passed_over(b)
+        why = f" ({'; '.join(line for _, line in passed)})" if passed else ""
         raise DeviceError(
-            f"no accelerator is available for {what}; available: cpu "
+            f"no accelerator is available for {what}; available: cpu{why} "
             "(`accelreg env` shows why each backend is unavailable)"
         )
     return b
 
 
+def check_fallback(snap: Snapshot, current: Backend, *, launcher_raises: bool = True) -> None:
+    """Never silently past a present accelerator: warn once when ``current`` was chosen over a
+    backend that is present here but failing; raise :class:`DeviceError` instead in strict
+    mode, and (with ``launcher_raises``) when the answer is ``cpu`` in a process a launcher
+    started, unless ``cpu_fallback`` is set."""
+    passed = snap.passed_over(current)
+    if not passed:
+        return
+    what = "; ".join(line for _, line in passed)
+    names = ",".join(sorted({name for name, _ in passed}))
+    s = snap.settings
+    if s.strict:
+        raise DeviceError(f"{what}; resolve() will not use {current.name} instead (ACCELREG_STRICT is set)")
+    if launcher_raises and current.name == "cpu" and snap.launcher is not None and not s.cpu_fallback:
+        var, value = snap.launcher
+        raise DeviceError(
+            f"{what}. This process was started by a launcher ({var}={value}), and accelreg will not put "
+            f"a distributed job on the cpu silently: fix the accelerator, disable it "
+            f"(ACCELREG_DISABLE={names}) or allow the fallback (ACCELREG_CPU_FALLBACK=1)"
+        )
+    snap.warn(
+        f"{what}; using {current.name} instead. If that is intended, disable it "
+        f"(ACCELREG_DISABLE={names}, or disable = [...] in accelreg.toml) to silence this warning"
+    )
+
+
 def _auto(snap: Snapshot, b: Backend | None) -> torch.device:
     if b is None:
         b = snap.current()
+        check_fallback(snap, b)
         if b.name == "cpu":
             import torch
 

@@ -35,7 +35,16 @@ _RESULTS_VAR = "ACCELREG_TESTING_RESULTS"
 #: Variables a fresh registry must not inherit (the emulator's own ``ACCELREG_EMU_*`` and the
 #: testing variables are kept: they describe the process, not the configuration under test).
 _KEEP_PREFIXES = ("ACCELREG_EMU_", "ACCELREG_TESTING_")
-_LAUNCHER_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+#: Launcher variables: a local rank picks the device, and any of them makes resolve() refuse a
+#: silent cpu fallback (see accelreg.registry.LAUNCHER_VARS).
+_LAUNCHER_VARS = (
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "RANK",
+    "WORLD_SIZE",
+)
 
 
 def _registry_vars() -> set[str]:

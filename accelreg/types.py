@@ -88,6 +88,11 @@ class BackendSpec:
             comma-separated ids.
         indexed: Whether device strings carry an index (``"npu:0"``) or not (``"hpu"``).
         description: One line for ``accelreg env``.
+        runtime_package: Import name of the vendor package that provides the runtime
+            (``"torch_npu"``), or ``None`` when the runtime ships with torch. When it is
+            installed the backend counts as *present*: if its probes then say unavailable,
+            ``resolve()`` warns instead of falling back to ``cpu`` silently, and refuses the
+            fallback under a launcher (see docs/reliability.md).
     """
 
     name: str
@@ -102,6 +107,7 @@ class BackendSpec:
     parse_visible_devices: Callable[[str], Sequence[str]] | None = None
     indexed: bool = True
     description: str = ""
+    runtime_package: str | None = None
 
     @property
     def torch_type(self) -> str:

@@ -116,7 +116,7 @@ FIRST = (
 )
 NO_EP = (
     "import sys, torch, accelreg; import importlib.metadata as m; "
-    "loaded = [n for n in sys.modules if n.startswith('accelreg.builtin') or n == 'accelreg.registry']; "
+    "loaded = [n for n in sys.modules if n.startswith('accelreg.builtin') or n.startswith('accelreg.registry')]; "
     "print(len(loaded))"
 )
 

@@ -72,3 +72,16 @@ def make_dist(root: Path, dist: str, version: str, module: str, source: str, ep_
     (info / "entry_points.txt").write_text(f"[accelreg]\n{ep_name} = {module}\n")
     (root / f"{module}.py").write_text(textwrap.dedent(source))
     return root
+
+
+class LyingInt(int):
+    """An int whose ``__int__`` lies and whose comparisons raise: Python and torch use its value
+    (``operator.index``), and so must accelreg."""
+
+    def __int__(self) -> int:
+        return 0
+
+    def __lt__(self, other: object) -> bool:
+        raise RuntimeError("comparison raises")
+
+    __le__ = __gt__ = __ge__ = __lt__

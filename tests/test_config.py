@@ -113,6 +113,10 @@ BROKEN = {
     "bad bool": "strict = 'yes'\n",
     "bad timeout": "probe_timeout = -1\n",
     "huge": "# " + "x" * (1 << 21) + "\n",
+    "nested 5,000 deep": "x = " + "[" * 5000 + "]" * 5000 + "\n",
+    "5,000-digit integer": "probe_timeout = " + "7" * 5000 + "\n",
+    "timeout 1 and 400 zeros": "probe_timeout = 1" + "0" * 400 + "\n",
+    "priority names a huge int": "priority = [" + "7" * 400 + "]\n",
 }
 
 
@@ -166,6 +170,9 @@ def test_unreadable_file(tmp_path, monkeypatch):
         ("ACCELREG_PROBE_TIMEOUT", "soon", "number of seconds"),
         ("ACCELREG_PROBE_TIMEOUT", "0", r"\(0, 3600\]"),
         ("ACCELREG_PROVIDERS", "npu", "name=distribution"),
+        ("ACCELREG_PROVIDERS", "npu=acme,npu=other", "'npu' is listed twice"),
+        ("ACCELREG_CPU_FALLBACK", "maybe", "expected a boolean"),
+        ("ACCELREG_PROBE_TIMEOUT", "1" + "0" * 400, r"\(0, 3600\]"),
     ],
 )
 def test_bad_environment_values_are_errors(var, value, match, monkeypatch):
@@ -204,6 +211,42 @@ def test_unknown_priority_name_warns_or_fails_strict():
 def test_unknown_key_in_file_is_a_warning(tmp_path):
     (tmp_path / "work" / "accelreg.toml").write_text("priorty = ['npu']\n")
     assert "unknown setting 'priorty'" in load_settings().warnings[0]
+
+
+def test_unknown_keys_warn_once_per_file(tmp_path):
+    path = tmp_path / "work" / "accelreg.toml"
+    path.write_text("probe_timout = 5\nstrikt = true\n")
+    with pytest.warns(RuntimeWarning) as record:
+        accelreg.resolve("cpu")
+    (message,) = [str(w.message) for w in record]
+    assert f"{path}: unknown settings 'probe_timout', 'strikt'" in message
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        accelreg.configure(priority=["xpu"])  # a new snapshot reads the file again: no repeat
+        accelreg.resolve("cpu")
+
+
+def test_configure_refuses_numbers_too_large_for_a_float():
+    for value in (10**400, -(10**400)):
+        with pytest.raises(
+            ConfigError, match=r"probe_timeout must be in \(0, 3600\] seconds, got an integer"
+        ):
+            accelreg.configure(probe_timeout=value)
+    with pytest.raises(ConfigError, match="names must be strings"):
+        accelreg.configure(priority=[10**5000])
+
+
+def test_a_deleted_working_directory_skips_the_project_file_search(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    settings = load_settings()
+    assert settings.errors == () and "no project configuration file" in settings.warnings[0]
+    with pytest.warns(RuntimeWarning, match="working directory cannot be read"):
+        assert accelreg.resolve("cpu") == torch.device("cpu")
 
 
 def test_config_files_are_data_only(tmp_path):

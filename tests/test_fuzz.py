@@ -1,5 +1,5 @@
-"""Generated bad inputs, counted: resolve(), configure(), config files, visible-device variables
-and device maps. Every case ends in a documented, typed error (or, where the input is valid,
+"""Generated bad inputs, counted: resolve(), configure(), config files, visible-device variables,
+max_memory keys and device maps. Every case ends in a documented, typed error (or, where the input is valid,
 in exactly the right answer): zero wrong devices, zero crashes of other kinds.
 
 The corpus is deterministic (fixed seeds) so the counts in docs/reliability.md are stable;
@@ -8,7 +8,9 @@ The corpus is deterministic (fixed seeds) so the counts in docs/reliability.md a
 
 from __future__ import annotations
 
+import operator
 import random
+import re
 import string
 import sys
 from collections import Counter
@@ -19,13 +21,14 @@ import torch
 import accelreg
 from accelreg import ConfigError, DeviceError, DeviceMapError
 from accelreg.config import load_settings
+from accelreg.planner.budgets import parse_budgets
 from accelreg.visible import parse_cuda_visible_devices, parse_visible_devices
 
 try:
-    from ._fakes import plugin, spec
+    from ._fakes import LyingInt, plugin, spec
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests._fakes import plugin, spec
+    from tests._fakes import LyingInt, plugin, spec
 
 NAMES = [
     "cuda",
@@ -98,6 +101,10 @@ def _resolve_cases(rng: random.Random) -> list[object]:
         torch.device("ve", 0),
         torch.device("cpu"),
         torch.device("meta"),
+        LyingInt(1),
+        LyingInt(0),
+        LyingInt(2),
+        LyingInt(-1),
     ]
     return cases
 
@@ -108,7 +115,8 @@ def _expected(case: object) -> torch.device | type[BaseException]:
     if isinstance(case, bool) or not isinstance(case, (int, str, torch.device)):
         return TypeError
     if isinstance(case, int):
-        return torch.device("cuda", case) if 0 <= case < 2 else DeviceError
+        index = operator.index(case)  # the value Python and torch use
+        return torch.device("cuda", index) if 0 <= index < 2 else DeviceError
     if isinstance(case, torch.device):
         key = str(case)
         return VALID_STRINGS.get(key, DeviceError)
@@ -168,6 +176,10 @@ def check_configure(rng: random.Random) -> Counter[str]:
         [None],
         1e9,
         0.5,
+        10**400,
+        -(10**400),
+        [10**5000],
+        {"npu": 10**5000},
     ]
     keys = [
         "priority",
@@ -261,6 +273,117 @@ def check_files(rng: random.Random, tmp: Path) -> Counter[str]:
     return seen
 
 
+HOSTILE_FILES = [
+    "x = " + "[" * 5000 + "]" * 5000,
+    "x = " + "{a = " * 3000 + "1" + "}" * 3000,
+    "probe_timeout = " + "9" * 5000,
+    "probe_timeout = 1" + "0" * 400,
+    "probe_timeout = -" + "1" * 400,
+    "priority = [" + "1" * 4500 + "]",
+    "providers = {npu = " + "2" * 400 + "}",
+    "strict = " + "1" * 5000,
+]
+
+
+def check_hostile_files(tmp: Path) -> Counter[str]:
+    """Files valid-looking enough to reach the parser, built to break it or the checks behind it:
+    each is skipped and reported (strict: ConfigError), wherever it is found."""
+    seen: Counter[str] = Counter()
+    folder = tmp / "hostile"
+    folder.mkdir(parents=True, exist_ok=True)
+    for text in HOSTILE_FILES:
+        for name, content in (
+            ("accelreg.toml", text),
+            ("pyproject.toml", "[tool.accelreg]\n" + text),
+            ("pyproject.toml", "[tool.other]\n" + text),
+        ):
+            for other in ("pyproject.toml", "accelreg.toml"):
+                (folder / other).unlink(missing_ok=True)
+            (folder / name).write_text(content + "\n")
+            env = {"XDG_CONFIG_HOME": str(tmp / "noxdg")}
+            settings = load_settings(cwd=folder, environ=env)
+            if content.startswith("[tool.other]") and _parses(content):
+                assert not settings.errors, settings.errors  # someone else's table: not ours to judge
+                seen["config file: hostile value in another tool's table, passed over"] += 1
+                continue
+            assert settings.errors and str(folder / name) in settings.errors[0], (text[:40], settings)
+            try:
+                load_settings(cwd=folder, environ={**env, "ACCELREG_STRICT": "1"})
+            except ConfigError:
+                seen["config file: hostile, reported, ConfigError in strict mode"] += 1
+            else:  # pragma: no cover - a failure of the test, never expected
+                raise AssertionError(f"strict mode accepted a hostile file: {text[:40]!r}")
+    return seen
+
+
+def _parses(text: str) -> bool:
+    from accelreg.config import tomllib
+
+    try:
+        tomllib.loads(text)
+    except Exception:  # noqa: BLE001 - any failure: the file cannot be read
+        return False
+    return True
+
+
+_KEY_FORM = re.compile(r"([a-z][a-z0-9_]*)(?::([0-9]{1,9}))?")
+
+
+def _budget_expected(key: object) -> str | type[BaseException]:
+    """The place a max_memory key budgets on the fuzz machine (cuda x2, xpu x1; hpu unindexed)."""
+    if isinstance(key, bool) or not isinstance(key, (int, str)):
+        return TypeError
+    if isinstance(key, int):
+        index = operator.index(key)
+        return f"cuda:{index}" if 0 <= index < 2 else (DeviceMapError if index < 0 else DeviceError)
+    m = _KEY_FORM.fullmatch(key)
+    if m is None:
+        return DeviceMapError
+    name, index = m.group(1), m.group(2)
+    if name in ("meta", "auto", "balanced", "balanced_low_0", "sequential"):
+        return DeviceMapError
+    if name in ("cpu", "disk"):
+        return name if index in (None, "0") else DeviceMapError
+    if index is not None:
+        return f"{name}:{int(index)}"
+    return "hpu" if name == "hpu" else DeviceMapError
+
+
+def check_budget_keys(rng: random.Random) -> Counter[str]:
+    """max_memory keys: the accepted forms give exactly their place, anything else a typed error;
+    aliases of one device (``hpu`` and ``hpu:0``) are refused as duplicates."""
+    _machine()
+    seen: Counter[str] = Counter()
+    keys: list[object] = [f"{n}{sep}{i}" for n in NAMES for sep in (":", "", " ") for i in INDICES[:8]]
+    keys += ["npu0", "banana", "NPU:0", "hpu", "hpu:0", "hpu:1", "cuda", "xpu", "cpu", "disk", "disk:1"]
+    keys += [rng.randint(-3, 4) for _ in range(20)] + [LyingInt(1), LyingInt(5), True, 1.0, None, (0,)]
+    keys += [
+        "".join(rng.choice(string.ascii_lowercase + ":0123 ") for _ in range(rng.randint(1, 8)))
+        for _ in range(400)
+    ]
+    for key in keys:
+        want = _budget_expected(key)
+        try:
+            got = parse_budgets({key: 1}).as_dict()
+        except (DeviceMapError, DeviceError, TypeError) as exc:
+            assert isinstance(want, type) and isinstance(exc, want), (
+                f"max_memory key {key!r}: {exc!r}, expected {want}"
+            )
+            seen[f"max_memory key: {type(exc).__name__}"] += 1
+            continue
+        assert got == {want: 1}, f"max_memory key {key!r} gave {got}, expected {want}"
+        seen["max_memory key: right place"] += 1
+    for pair in (("hpu", "hpu:0"), ("cpu", "cpu:0"), (0, "cuda:0"), ("cuda:1", "cuda:01")):
+        try:
+            parse_budgets(dict.fromkeys(pair, 1))
+        except DeviceMapError as exc:
+            assert "twice" in str(exc)
+            seen["max_memory key: alias refused as a duplicate"] += 1
+        else:  # pragma: no cover - a failure of the test, never expected
+            raise AssertionError(f"{pair} accepted as two budgets")
+    return seen
+
+
 def check_visible(rng: random.Random) -> Counter[str]:
     seen: Counter[str] = Counter()
     tokens = [
@@ -344,7 +467,9 @@ def corpus(tmp: Path) -> Counter[str]:
     counts += check_resolve(rng)
     counts += check_configure(rng)
     counts += check_files(rng, tmp)
+    counts += check_hostile_files(tmp)
     counts += check_visible(rng)
+    counts += check_budget_keys(rng)
     if hasattr(accelreg, "check_device_map"):
         counts += check_device_maps(rng)
     return counts
@@ -361,6 +486,7 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory() as tmp:
         result = corpus(Path(tmp))
+    print("| outcome | cases |\n| --- | ---: |")
     for key, value in sorted(result.items()):
         print(f"| {key} | {value} |")
     print(f"| **total** | **{sum(result.values())}** |")

@@ -50,7 +50,10 @@ def test_import_error_is_recorded_and_skipped(monkeypatch, tmp_path):
     _install(
         monkeypatch, tmp_path, "broken-dist", "fakeplugin_broken", "raise ImportError('no driver')", "broken"
     )
-    assert accelreg.resolve() == torch.device("cpu")
+    with pytest.warns(
+        RuntimeWarning, match=r"broken is present .* its import failed: ImportError: no driver"
+    ):
+        assert accelreg.resolve() == torch.device("cpu")  # loudly: the vendor's plugin is installed
     (failure,) = accelreg.failures()
     assert failure.plugin == "broken" and failure.stage == "import"
     assert (failure.distribution, failure.version) == ("broken-dist", "1.2.3")
@@ -99,7 +102,8 @@ def test_two_externals_for_one_name_conflict(monkeypatch, tmp_path):
     _install(monkeypatch, tmp_path, "vendor-b", "fakeplugin_vb", _good("cuda", 100, "cuda", 2), "cuda")
     with pytest.raises(DeviceError, match=r"registered by both vendor-(a|b) 1.2.3 and vendor-(a|b) 1.2.3"):
         accelreg.resolve("cuda:0")
-    assert accelreg.resolve() == torch.device("cpu")  # the contested backend is not used silently
+    with pytest.warns(RuntimeWarning, match="registered by both"):
+        assert accelreg.resolve() == torch.device("cpu")  # the contested backend is not used silently
     monkeypatch.setenv("ACCELREG_PROVIDERS", "cuda=vendor-b")
     accelreg.reset()
     assert accelreg.resolve(1) == torch.device("cuda", 1)
@@ -153,7 +157,8 @@ def accelreg_backend():  # typo: no such hook
     return []
 """
     _install(monkeypatch, tmp_path, "typo-dist", "fakeplugin_typo", source, "typo")
-    accelreg.resolve()
+    with pytest.warns(RuntimeWarning, match="typo is present"):
+        accelreg.resolve()
     (failure,) = accelreg.failures()
     assert failure.stage == "register" and "accelreg_backend" in failure.error
 

@@ -137,9 +137,10 @@ def test_env(capsys, monkeypatch):
     monkeypatch.setenv("ACCELREG_PRIORITY", "npu,nosuch")
     accelreg.reset()
     accelreg.register(plugin, name="acme")
-    with pytest.warns(RuntimeWarning, match="nosuch"):
-        code, data = run_json(capsys, "env")
-    assert code == 0 and data["failures"] and data["warnings"] and data["skipped"]
+    # the report lists each warning; the command does not repeat it as a RuntimeWarning
+    code, data = run_json(capsys, "env")
+    assert code == 0 and data["failures"] and data["skipped"]
+    assert any("nosuch" in w for w in data["warnings"])
     assert {b["name"]: b["visible_devices"] for b in data["backends"]}["npu"] == ["1", "0"]
     check("env", data)
 
@@ -153,8 +154,7 @@ def test_config(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("ACCELREG_PROVIDERS", "npu=acme-npu")
     monkeypatch.setenv("ACCELREG_PLUGINS", "acme")
     accelreg.reset()
-    with pytest.warns(RuntimeWarning):
-        code, data = run_json(capsys, "config")
+    code, data = run_json(capsys, "config")
     assert code == 3 and data["errors"]
     check("config", data)
 

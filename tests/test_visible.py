@@ -48,7 +48,8 @@ def test_invalid_entries_are_reported_not_guessed(name, monkeypatch):
     accelreg.reset()
     from accelreg.cli import env_report
 
-    row = {b["name"]: b for b in env_report()["backends"]}[name]
+    with pytest.warns(RuntimeWarning, match=f"{name} is present"):  # a mask names its devices
+        row = {b["name"]: b for b in env_report()["backends"]}[name]
     assert row["visible_devices"] is None and "'abc' is not a device id" in row["visible_devices_error"]
 
 
@@ -81,3 +82,36 @@ def test_mask_value_round_trips():
     for bad in ([-1], [0, 0], [True], ["a,b"]):
         with pytest.raises((ConfigError, TypeError)):
             mask_value(bad)
+
+
+def test_an_empty_value_means_no_device_and_never_reaches_a_plugin_parser(monkeypatch):
+    from accelreg.types import Availability, BackendSpec
+
+    seen: list[str] = []
+
+    def parser(value: str) -> tuple[str, ...]:
+        seen.append(value)
+        if not value:
+            raise RuntimeError("this parser cannot handle an empty value")
+        return tuple(value.split(","))
+
+    @accelreg.hookimpl
+    def accelreg_backends():
+        yield BackendSpec(
+            name="acme",
+            priority=10,
+            device_type="ve",
+            is_available=lambda: Availability.no("scripted"),
+            device_count=lambda: 0,
+            visible_devices_var="ACME_VISIBLE",
+            parse_visible_devices=parser,
+        )
+
+    import types
+
+    for value in ("", "  "):
+        monkeypatch.setenv("ACME_VISIBLE", value)
+        accelreg.reset()
+        accelreg.register(types.SimpleNamespace(accelreg_backends=accelreg_backends), "fakeplugin_parser")
+        assert {b.name: b for b in accelreg.backends()}["acme"].visible_devices == ()
+    assert seen == [] and not accelreg.failures()

@@ -127,4 +127,5 @@ def torch_module_backend(
         device=device,
         indexed=indexed,
         description=description,
+        runtime_package=package,
     )

@@ -1,10 +1,12 @@
 """Memory budgets: normalise a ``max_memory`` mapping, or ask the registry for this machine's.
 
-Keys are fully qualified device strings (``"npu:0"``: taken as given, even when that backend is
-absent here, so a laptop can plan for a cluster node), bare ``int`` indices (resolved through
-the registry: ``0`` -> ``"npu:0"`` on an Ascend node, :class:`~accelreg.DeviceError` without an
-accelerator), ``torch.device`` objects, ``"cpu"`` and ``"disk"``. Values are bytes or size
-strings (see :mod:`accelreg.sizes`).
+Keys (:func:`budget_key`) are ``"cpu"``, ``"disk"``, ``"name:index"`` strings for any backend
+name (``"npu:0"``: taken as given, even when that backend is absent here, so a laptop can plan
+for a cluster node), a bare name only for a registered backend that addresses devices without
+an index (``"hpu"``), ``int`` indices (by ``operator.index``, resolved through the registry:
+``0`` -> ``"npu:0"`` on an Ascend node, :class:`~accelreg.DeviceError` without an accelerator)
+and ``torch.device`` objects. Two keys for one device (``"hpu"`` and ``"hpu:0"``) are refused.
+Values are bytes or size strings (see :mod:`accelreg.sizes`).
 
 Accelerators are tried in a fixed order: backends in the order their first key appears, devices
 of one backend by index. ``cpu`` and ``disk`` are only used when they have a budget.
@@ -12,6 +14,8 @@ of one backend by index. ``cpu`` and ``disk`` are only used when they have a bud
 
 from __future__ import annotations
 
+import difflib
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +24,7 @@ from typing import Any
 from ..errors import DeviceMapError
 from ..sizes import parse_size
 
-__all__ = ["RESERVE", "Budgets", "device_key", "parse_budgets", "registry_budgets"]
+__all__ = ["RESERVE", "Budgets", "budget_key", "device_key", "parse_budgets", "registry_budgets"]
 
 #: Fraction of each device's free memory (and of the host's available memory) left unplanned
 #: when budgets come from the registry: room for activations, allocator fragmentation and the
@@ -67,37 +71,99 @@ class Budgets:
 def device_key(key: Any, *, what: str = "max_memory key") -> str:
     """A device-map place as a fully qualified string: ``"npu:0"``, ``"cpu"``, ``"disk"``.
 
-    Strings are checked for form only (so absent backends work); ints go through the registry.
+    Strings are checked for form only (so absent backends work); ints (by ``operator.index``)
+    go through the registry; a bare name is kept as given.
     """
+    return _place(key, what)[0]
+
+
+def budget_key(key: Any) -> str:
+    """A ``max_memory`` key as the place it budgets (see the module docstring).
+
+    ``"name:index"``, ``"cpu"`` and ``"disk"`` are checked for form only (no registry, so a
+    laptop can plan for a node with another backend); ints and bare names ask the registry.
+    Raises :class:`TypeError` for a key of the wrong type and :class:`DeviceMapError` for a
+    string that is no place, naming the accepted forms and the closest registered name.
+    """
+    place, bare = _place(key, "max_memory key")
+    if not bare:
+        return place
+    backend = _registered(place)
+    if backend is not None and not backend.spec.indexed:
+        return place
+    if backend is not None:
+        raise DeviceMapError(
+            f"max_memory key {key!r} names no single device: {place} addresses devices by index "
+            f"({place + ':0'!r}, ...); accepted: {_FORMS}"
+        )
+    raise DeviceMapError(f"max_memory key {key!r} is not a device: expected {_FORMS}{_hint(key)}")
+
+
+_FORMS = "'cpu', 'disk', an int index, or 'name:index' such as 'npu:0'"
+
+
+def _place(key: Any, what: str) -> tuple[str, bool]:
+    """``(place, bare)``: the place ``key`` names, and whether it is a bare backend name."""
     import torch
 
     if isinstance(key, bool):
         raise TypeError(f"{what} {key!r} is a bool, not a device")
-    if isinstance(key, int):
+    if not isinstance(key, (str, torch.device)) and hasattr(type(key), "__index__"):
         from ..resolution import qualify
 
-        if key < 0:
-            raise ValueError(f"{what} {key}: device indices are never negative")
-        return qualify(key)
+        index = operator.index(key)  # the value Python and torch use, whatever int() says
+        if index < 0:
+            raise DeviceMapError(f"{what} {index}: device indices are never negative")
+        return qualify(index), False
     if isinstance(key, torch.device):
         key = str(key)
     if not isinstance(key, str):
-        raise TypeError(
-            f"{what} {key!r}: expected a device string such as 'npu:0', an int index, 'cpu' or 'disk'"
-        )
+        raise TypeError(f"{what} {_shown(key)}: expected {_FORMS}")
     m = _DEVICE.fullmatch(key)
     if m is None:
-        raise ValueError(
-            f"{what} {key!r} is not a device: expected 'name:index' such as 'npu:0', 'cpu' or 'disk'"
-        )
+        raise DeviceMapError(f"{what} {_shown(key)} is not a device: expected {_FORMS}{_hint(key)}")
     name, index = m.group(1), m.group(2)
     if name in _NOT_PLACES:
-        raise ValueError(f"{what} {key!r} is not a place weights can live on (use a device, 'cpu' or 'disk')")
+        raise DeviceMapError(
+            f"{what} {key!r} is not a place weights can live on (use a device, 'cpu' or 'disk')"
+        )
     if name in ("cpu", "disk"):
         if index not in (None, "0"):
-            raise ValueError(f"{what} {key!r}: {name} has no index")
-        return name
-    return f"{name}:{int(index)}" if index is not None else name
+            raise DeviceMapError(f"{what} {key!r}: {name} has no index")
+        return name, False
+    if index is not None:
+        return f"{name}:{int(index)}", False
+    return name, True
+
+
+def _registered(name: str) -> Any:
+    """The registered backend called (or with device type) ``name``, or ``None``."""
+    from .. import registry
+
+    snap = registry.get()
+    return snap.by_name.get(name) or next((b for b in snap.order if b.device_type == name), None)
+
+
+def _shown(key: Any) -> str:
+    text = repr(key)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _hint(key: str) -> str:
+    """``; did you mean 'npu:0'?`` for a near miss of a registered name, else ``""``."""
+    from .. import registry
+
+    snap = registry.get()
+    names = [*snap.by_name, "disk"]
+    low = key.strip().lower()
+    m = re.fullmatch(r"([a-z][a-z0-9_]*?)[ _-]?:?([0-9]+)", low)
+    candidates = [f"{m.group(1)}:{int(m.group(2))}"] if m and m.group(1) in snap.by_name else []
+    if not candidates:
+        word = low.split(":", 1)[0]
+        close = difflib.get_close_matches(word, names, n=1)
+        if close:
+            candidates = [close[0] if close[0] in ("cpu", "disk") else f"{close[0]}:0"]
+    return f"; did you mean {candidates[0]!r}?" if candidates and candidates[0] != key else ""
 
 
 def parse_budgets(max_memory: Mapping[Any, Any]) -> Budgets:
@@ -110,9 +176,12 @@ def parse_budgets(max_memory: Mapping[Any, Any]) -> Budgets:
     cpu = disk = None
     accelerators: list[tuple[str, int]] = []
     for key, value in max_memory.items():
-        device = device_key(key)
+        device = budget_key(key)
         if device in seen:
-            raise ValueError(f"max_memory names {device!r} twice (as {seen[device]!r} and {key!r})")
+            raise DeviceMapError(
+                f"max_memory names {device!r} twice (as {_shown(seen[device])} and {_shown(key)}): "
+                "one budget per device"
+            )
         seen[device] = key
         size = parse_size(value, what=f"max_memory[{key!r}]")
         if device == "cpu":
@@ -121,6 +190,7 @@ def parse_budgets(max_memory: Mapping[Any, Any]) -> Budgets:
             disk = size
         else:
             accelerators.append((device, size))
+    _refuse_aliases(seen)
     backends: dict[str, int] = {}
     for device, _ in accelerators:
         backends.setdefault(device.split(":", 1)[0], len(backends))
@@ -131,6 +201,23 @@ def parse_budgets(max_memory: Mapping[Any, Any]) -> Budgets:
 
     accelerators.sort(key=order)
     return Budgets(tuple(accelerators), cpu, disk, "max_memory")
+
+
+def _refuse_aliases(seen: dict[str, Any]) -> None:
+    """``"hpu"`` and ``"hpu:0"`` are one device of a backend that addresses it without an
+    index: two budgets for it are refused, and ``"hpu:1"`` names nothing there."""
+    bare = {d for d in seen if ":" not in d and d not in ("cpu", "disk")}
+    for device, key in seen.items():
+        name, _, index = device.partition(":")
+        if index and name in bare:
+            if index == "0":
+                raise DeviceMapError(
+                    f"max_memory names {name!r} twice (as {_shown(seen[name])} and {_shown(key)}): "
+                    f"{name} addresses its device without an index, so both keys are one device"
+                )
+            raise DeviceMapError(
+                f"max_memory key {_shown(key)}: {name} addresses its device without an index; use {name!r}"
+            )
 
 
 def registry_budgets() -> Budgets:

@@ -1,0 +1,170 @@
+"""The registry: the process-wide snapshot and the public ``configure``/``register``/``reset``.
+
+Nothing here runs at ``import accelreg``. The first query builds a :class:`Snapshot` — the
+settings, the loaded plugins and the selected backends in effective order — and every later
+query reads that snapshot until :func:`reset` (or :func:`configure`) drops it. A snapshot is
+never mutated once published, except for its lazily filled probe results, which are computed
+under a per-backend lock, so concurrent readers see one configuration or the next, never half
+of each.
+
+Plugins are contained: a plugin that fails to import, or whose hook or probe raises (even
+``SystemExit``), hangs, queries accelreg from inside, or answers nonsense, is recorded as a
+:class:`~accelreg.types.PluginFailure` and skipped (in strict mode the failure raises
+:class:`~accelreg.errors.PluginError` instead).
+
+The jobs live in one file each: :mod:`.containment` (the probe thread, its timeout, the
+re-entry guard), :mod:`.loading` (entry points, pluggy, the registry's own copy of each spec),
+:mod:`.probing` (a backend's probes and presence), :mod:`.snapshot` (selection and queries).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import _warn, resolution
+from ..config import check_explicit
+from ..errors import PluginError
+from .containment import ProbeTimeout, call_with_timeout, check_not_inside_plugin, runner
+from .loading import ENTRY_POINT_GROUP, RESERVED, SELF, Plugin
+from .probing import Backend, Probed, parse_visible
+from .snapshot import LAUNCHER_VARS, LOCAL_RANK_VARS, Snapshot
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "LAUNCHER_VARS",
+    "LOCAL_RANK_VARS",
+    "RESERVED",
+    "SELF",
+    "Backend",
+    "Plugin",
+    "ProbeTimeout",
+    "Probed",
+    "Snapshot",
+    "call_with_timeout",
+    "configure",
+    "get",
+    "on_reset",
+    "parse_visible",
+    "register",
+    "reset",
+    "unregister",
+]
+
+_lock = threading.RLock()
+_snapshot: Snapshot | None = None
+_explicit: dict[str, Any] = {}
+_registered: dict[str, Any] = {}
+_listeners: list[Callable[[], None]] = []
+
+
+def get() -> Snapshot:
+    """The current snapshot, built on first use.
+
+    Refused (a failure of the calling plugin) when plugin code that accelreg is running asks.
+    """
+    snap = _snapshot
+    if snap is not None:
+        check_not_inside_plugin()
+        return snap
+    return _build()
+
+
+def _build() -> Snapshot:
+    global _snapshot
+    check_not_inside_plugin()
+    with _lock:
+        if _snapshot is None:
+            _snapshot = Snapshot(dict(_explicit), dict(_registered))
+        return _snapshot
+
+
+def on_reset(callback: Callable[[], None]) -> None:
+    """Call ``callback`` whenever the snapshot is dropped (used by resolve's cache)."""
+    _listeners.append(callback)
+
+
+def _drop() -> None:
+    global _snapshot
+    with _lock:
+        _snapshot = None
+        resolution._drop_cache()
+        for callback in _listeners:
+            callback()
+
+
+def reset() -> None:
+    """Forget everything: settings from :func:`configure`, registered plugins, probe results,
+    and which warnings were already given.
+
+    The next query rebuilds from the environment, configuration files and entry points. Call
+    it after changing ``ACCELREG_*`` variables, ``LOCAL_RANK`` or visible-device masks
+    in-process.
+    """
+    with _lock:
+        _explicit.clear()
+        _registered.clear()
+        _warn.forget()
+        _drop()
+
+
+def configure(**settings: Any) -> None:
+    """Set configuration explicitly (the highest-precedence source); ``None`` leaves a key as is.
+
+    Keys: ``priority``, ``disable``, ``plugins``, ``disable_plugin_autoload``, ``strict``,
+    ``providers``, ``probe_timeout``, ``cpu_fallback`` (see :mod:`accelreg.config`). Values are
+    validated now: a bad one raises :class:`~accelreg.errors.ConfigError` and changes nothing.
+    """
+    with _lock:
+        merged = dict(_explicit)
+        merged.update({k: v for k, v in settings.items() if v is not None})
+        check_explicit(merged)  # validate before publishing anything
+        _explicit.clear()
+        _explicit.update(merged)
+        _drop()
+
+
+def register(plugin: Any, name: str | None = None) -> str:
+    """Register a plugin object in-process (as an external plugin); returns its name.
+
+    Useful for tests and for frameworks that ship a backend without an entry point. The
+    registration lasts until :func:`unregister` or :func:`reset`.
+    """
+    name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+    with _lock:
+        if name in _registered:
+            raise PluginError(f"a plugin named {name!r} is already registered")
+        _registered[name] = plugin
+        _drop()
+    return name
+
+
+def unregister(name: str) -> None:
+    """Remove a plugin registered with :func:`register`."""
+    with _lock:
+        if _registered.pop(name, None) is None:
+            raise PluginError(f"no plugin named {name!r} is registered")
+        _drop()
+
+
+def _after_fork_in_child() -> None:
+    """Keep the parent's registry usable in a forked child without touching a device runtime.
+
+    Plugins and probe answers (availability, counts) describe the machine and stay valid; a
+    child re-probing a runtime the parent initialised (CUDA after fork) could fail or hang. What
+    is per-process is dropped: resolve()'s cache (it holds current-device answers) and every
+    lock, which another thread of the parent may have held at the moment of the fork.
+    """
+    global _lock
+    _lock = threading.RLock()
+    runner.after_fork()
+    snap = _snapshot
+    if snap is not None:
+        snap.after_fork()
+    resolution._drop_cache()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

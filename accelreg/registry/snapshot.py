@@ -1,0 +1,310 @@
+"""Snapshot and selection: one consistent view of settings, plugins and backends.
+
+A :class:`Snapshot` is built on the first query: it reads the settings, loads the plugins
+(:mod:`.loading`), keeps its own validated copy of every spec they yield, picks one provider
+per backend name and orders the backends. It is never mutated once published, except for its
+lazily filled probe results (computed under a per-backend lock), its answer cache and its
+failure and warning records.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import threading
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+from .. import _warn
+from ..config import Settings, load_settings
+from ..errors import ConfigError, DeviceError, PluginConflictError, PluginError
+from ..types import BackendSpec, PlacementRule, PluginFailure
+from .containment import CONTAINED, Nonsense, describe, safe_str
+from .loading import Plugin, call_hook, impls, load_plugins, make_manager, norm, own_spec
+from .probing import Backend
+
+__all__ = ["LAUNCHER_VARS", "LOCAL_RANK_VARS", "Snapshot"]
+
+#: Variables launchers set to tell a process its rank on the node, in order of trust.
+LOCAL_RANK_VARS = (
+    "LOCAL_RANK",  # torchrun, the DeepSpeed launcher, accelerate launch
+    "OMPI_COMM_WORLD_LOCAL_RANK",  # Open MPI (deepspeed --launcher openmpi)
+    "MV2_COMM_WORLD_LOCAL_RANK",  # MVAPICH2
+    "MPI_LOCALRANKID",  # Intel MPI / MPICH hydra
+)
+#: Any of these set means a launcher started this process as one rank of a job.
+LAUNCHER_VARS = (*LOCAL_RANK_VARS, "RANK", "WORLD_SIZE")
+#: Failure stages after which an external plugin's backend is missing although it is installed.
+_LOAD_STAGES = ("import", "register", "accelreg_backends")
+
+
+def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:
+    for var in names:
+        value = environ.get(var)
+        if value is not None and value.strip() != "":
+            return var, value
+    return None
+
+
+def _local_rank(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    return _first_set(environ, LOCAL_RANK_VARS)
+
+
+def _distribution_installed(name: str) -> bool:
+    try:
+        metadata.distribution(name)
+    except (metadata.PackageNotFoundError, ValueError):
+        return False
+    return True
+
+
+class Snapshot:
+    """One consistent view of settings, plugins and backends."""
+
+    def __init__(
+        self,
+        explicit: Mapping[str, Any],
+        registered: Mapping[str, Any],
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
+        self.settings: Settings = load_settings(explicit, self.environ)
+        self.failures: list[PluginFailure] = []
+        self.skipped: list[tuple[str, str, str]] = []  # (plugin, distribution, why)
+        self.warnings: list[str] = []
+        self.conflicts: dict[str, str] = {}
+        #: Resolved answers, ``spec -> (type(spec), device)``; read by ``resolve``'s hot path.
+        self.cache: dict[Any, tuple[type, Any]] = {}
+        self._fail_lock = threading.Lock()
+        self._rules: dict[str, tuple[tuple[Plugin, PlacementRule], ...]] = {}
+        self._rules_lock = threading.Lock()
+        self._current: Backend | None = None
+        self.local_rank = _local_rank(self.environ)
+        #: ``(variable, value)`` of the launcher variable that is set, or ``None``.
+        self.launcher = _first_set(self.environ, LAUNCHER_VARS)
+        for problem in self.settings.errors:
+            self.warn(f"configuration file skipped: {problem}", record=problem)
+        for problem in self.settings.warnings:
+            self.warn(problem)
+        self.pm, self.plugins = make_manager(self, load_plugins(self, registered))
+        self.order: tuple[Backend, ...] = self._select()
+        self.by_name: dict[str, Backend] = {b.name: b for b in self.order}
+
+    # -- records --------------------------------------------------------------------------
+    def fail(self, plugin: Plugin, stage: str, exc: BaseException) -> PluginFailure:
+        """Record a contained plugin failure (raise :class:`PluginError` in strict mode)."""
+        failure = PluginFailure(plugin.name, plugin.distribution, plugin.version, stage, describe(exc))
+        with self._fail_lock:
+            if failure not in self.failures:
+                self.failures.append(failure)
+        if self.settings.strict:
+            raise PluginError(f"{failure} (ACCELREG_STRICT is set)") from exc
+        return failure
+
+    def warn(self, message: str, *, record: str | None = None, emit: bool = True) -> None:
+        """Record ``message`` (or ``record``) for ``accelreg env``; with ``emit``, also issue it
+        as a RuntimeWarning, once per process."""
+        with self._fail_lock:
+            text = message if record is None else record
+            if text not in self.warnings:
+                self.warnings.append(text)
+        if emit:
+            _warn.warn_once(message)
+
+    # -- selection ------------------------------------------------------------------------
+    def _specs(self) -> list[tuple[Plugin, BackendSpec]]:
+        found: list[tuple[Plugin, BackendSpec]] = []
+        for plugin, fn in impls(self.pm, self.plugins, "accelreg_backends"):
+            try:
+                specs = call_hook(plugin, fn, self.settings.probe_timeout)
+            except CONTAINED as exc:
+                self.fail(plugin, "accelreg_backends", exc)
+                continue
+            for spec in specs:
+                try:
+                    found.append((plugin, own_spec(spec, plugin)))
+                except Nonsense as exc:
+                    self.fail(plugin, "accelreg_backends", exc)
+        return found
+
+    def _select(self) -> tuple[Backend, ...]:
+        s = self.settings
+        by_name: dict[str, list[tuple[Plugin, BackendSpec]]] = {}
+        for plugin, spec in self._specs():
+            by_name.setdefault(spec.name, []).append((plugin, spec))
+        chosen: list[Backend] = []
+        for name, offers in by_name.items():
+            backend = self._choose(name, offers)
+            if backend is not None:
+                chosen.append(backend)
+        if not any(b.name == "cpu" for b in chosen):
+            raise PluginError("no cpu backend is registered; accelreg's own installation is broken")
+        known = sorted(b.name for b in chosen)
+        for key in ("priority", "providers"):
+            for name in getattr(s, key):
+                if name not in by_name:
+                    self._unknown_name(key, name, known)
+        rank = {name: i for i, name in enumerate(s.priority)}
+        chosen.sort(key=lambda b: (b.name == "cpu", rank.get(b.name, len(rank)), -b.spec.priority, b.name))
+        for i, backend in enumerate(chosen):
+            backend.position = i
+        return tuple(chosen)
+
+    def _unknown_name(self, key: str, name: str, known: list[str]) -> None:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        msg = (
+            f"{key} ({self.settings.sources.get(key)}) names {name!r}, which no installed plugin "
+            f"provides{hint}; known backends: {', '.join(known)}"
+        )
+        if self.settings.strict:
+            raise ConfigError(msg + " (ACCELREG_STRICT is set)")
+        self.warn(msg)
+
+    def _choose(self, name: str, offers: list[tuple[Plugin, BackendSpec]]) -> Backend | None:
+        s = self.settings
+        blocked = None
+        if name in s.disable:
+            blocked = f"disabled by {s.sources.get('disable')}"
+        builtins = [o for o in offers if o[0].builtin]
+        externals = [o for o in offers if not o[0].builtin]
+        wanted = s.providers.get(name)
+        if wanted is not None:
+            picked = [o for o in offers if norm(o[0].distribution) == norm(wanted)]
+            if not picked and not _distribution_installed(wanted):
+                msg = (
+                    f"providers ({s.sources.get('providers')}) picks {wanted!r} for {name!r}, but no "
+                    f"distribution {wanted!r} is installed; that entry is ignored"
+                )
+                if s.strict:
+                    raise ConfigError(msg + " (ACCELREG_STRICT is set)")
+                self.warn(msg)
+            elif not picked:
+                dists = ", ".join(sorted({o[0].distribution for o in offers}))
+                msg = (
+                    f"providers ({s.sources.get('providers')}) picks {wanted!r} for {name!r}, but "
+                    f"{wanted!r} registers no {name!r} backend; {name!r} is provided by: {dists}"
+                )
+                return self._conflict(name, offers, msg)
+            else:
+                externals = [o for o in picked if not o[0].builtin]
+                builtins = [o for o in picked if o[0].builtin]
+        if len(externals) > 1:
+            dists = " and ".join(f"{o[0].distribution} {o[0].version}".strip() for o in externals)
+            msg = (
+                f"backend {name!r} is registered by both {dists}; choose one with "
+                f'providers = {{{name} = "<distribution>"}} or ACCELREG_PROVIDERS={name}=<distribution>'
+            )
+            return self._conflict(name, offers, msg)
+        if externals:
+            plugin, spec = externals[0]
+            replaces = f"{builtins[0][0].distribution} {builtins[0][0].version}".strip() if builtins else None
+            return Backend(spec, plugin, self, replaces=replaces, blocked=blocked)
+        plugin, spec = builtins[0]
+        return Backend(spec, plugin, self, blocked=blocked)
+
+    def _conflict(self, name: str, offers: list[tuple[Plugin, BackendSpec]], msg: str) -> Backend:
+        if self.settings.strict:
+            raise PluginConflictError(msg + " (ACCELREG_STRICT is set)")
+        self.conflicts[name] = msg
+        self.warn(msg, emit=False)  # warned when resolve() has to pass over it
+        plugin, spec = offers[0]
+        return Backend(spec, plugin, self, blocked=f"conflict: {msg}")
+
+    def after_fork(self) -> None:
+        """Fresh locks and an empty answer cache in a forked child (see registry docs)."""
+        self._fail_lock = threading.Lock()
+        self._rules_lock = threading.Lock()
+        self.cache = {}
+        for backend in self.order:
+            backend.after_fork()
+
+    # -- queries --------------------------------------------------------------------------
+    def backend(self, name: str) -> Backend:
+        """The backend called ``name``, or a :class:`DeviceError` naming the known ones."""
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise DeviceError(
+                f"unknown backend {name!r}; registered backends: {', '.join(self.by_name)}; "
+                f"available: {self.available_summary()}"
+            ) from None
+
+    def current(self) -> Backend:
+        """The first available backend in effective order (cpu when nothing else is)."""
+        current = self._current
+        if current is None:
+            current = next(b for b in self.order if b.name == "cpu" or b.available)
+            self._current = current
+        return current
+
+    def available_summary(self) -> str:
+        """``"npu:0, npu:1, cpu"``: every device available here, for error messages."""
+        devices: list[str] = []
+        for b in self.order:
+            if b.name != "cpu" and b.available:
+                devices.extend(b.info().devices())
+        devices.append("cpu")
+        return ", ".join(devices)
+
+    def passed_over(self, current: Backend) -> list[tuple[str, str]]:
+        """``(backend, why)`` for each backend that is present here but failing, and that
+        ``current`` was chosen over: ranked before it, or (when ``current`` is cpu) an
+        installed external plugin that failed to load. Empty when nothing was passed over."""
+        out: list[tuple[str, str]] = []
+        for b in self.order:
+            if b is current:
+                break
+            if b.name in self.conflicts:
+                out.append((b.name, self.conflicts[b.name]))
+                continue
+            if b.blocked is not None:
+                continue  # disabled: the user said so
+            why = b.presence()
+            if why is not None:
+                reason = b.probe().availability.reason
+                out.append((b.name, f"{b.name} is present ({why}) but unavailable: {reason}"))
+        if current.name == "cpu":
+            for f in list(self.failures):
+                external = f.distribution not in ("", "<registered>", "accelreg")
+                if f.stage in _LOAD_STAGES and external and f.plugin not in self.by_name:
+                    dist = f"{f.distribution} {f.version}".strip()
+                    out.append(
+                        (
+                            f.plugin,
+                            f"{f.plugin} is present (plugin {f.plugin!r} of {dist} is installed) "
+                            f"but its {f.stage} failed: {f.error}",
+                        )
+                    )
+        return out
+
+    def rules(self, backend: str) -> tuple[tuple[Plugin, PlacementRule], ...]:
+        """Every valid placement rule any plugin yields for ``backend`` (cached per snapshot);
+        an invalid one is a contained failure of the plugin that yielded it."""
+        from ..placement import own_rule
+
+        cached = self._rules.get(backend)
+        if cached is not None:
+            return cached
+        with self._rules_lock:
+            cached = self._rules.get(backend)
+            if cached is None:
+                found: list[tuple[Plugin, PlacementRule]] = []
+                for plugin, fn in impls(self.pm, self.plugins, "accelreg_placement_rules"):
+                    try:
+                        rules = call_hook(plugin, fn, self.settings.probe_timeout, backend=backend)
+                    except CONTAINED as exc:
+                        self.fail(plugin, "accelreg_placement_rules", exc)
+                        continue
+                    for rule in rules:
+                        try:
+                            found.append((plugin, own_rule(rule)))
+                        except ValueError as exc:  # the rule's own problem, in words
+                            problem = f"yielded an invalid placement rule: {safe_str(exc)}"
+                            self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
+                        except CONTAINED as exc:
+                            problem = f"yielded a placement rule that cannot be read: {describe(exc)}"
+                            self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
+                cached = self._rules[backend] = tuple(found)
+        return cached
