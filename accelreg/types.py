@@ -88,6 +88,10 @@ class BackendSpec:
             comma-separated ids.
         indexed: Whether device strings carry an index (``"npu:0"``) or not (``"hpu"``).
         description: One line for ``accelreg env``.
+        dist_backend: The ``torch.distributed`` backend that runs collectives on this
+            backend's tensors (``"nccl"``, ``"hccl"``, ``"xccl"``, ``"cncl"``, ``"gloo"``, ...),
+            as passed to ``init_process_group``; ``None`` when the runtime has none.
+            :func:`accelreg.dist_backend` answers it, so frameworks need no ``"nccl"`` ladder.
     """
 
     name: str
@@ -102,6 +106,7 @@ class BackendSpec:
     parse_visible_devices: Callable[[str], Sequence[str]] | None = None
     indexed: bool = True
     description: str = ""
+    dist_backend: str | None = None
 
     @property
     def torch_type(self) -> str:
@@ -216,6 +221,10 @@ class PlacementRule:
             for notes that end up in the load report.
         after_load: Optional ``(module, event) -> None`` run after the module's loader, to
             restore the module's own layout.
+        unsupported: Non-empty when the quantization library cannot hold such parameters on
+            this backend at all; it says why. :func:`accelreg.placement_rule` raises
+            :class:`~accelreg.errors.PlacementError` with it, so planning or checking a map
+            refuses the placement before the library fails inside.
     """
 
     backend: str
@@ -233,6 +242,7 @@ class PlacementRule:
     provider: str = ""
     before_load: Callable[..., None] | None = None
     after_load: Callable[..., None] | None = None
+    unsupported: str = ""
 
     def may_live_on(self, device: str) -> bool:
         """Whether a parameter under this rule may be placed on ``device`` (``"npu:0"``,

@@ -110,6 +110,7 @@ def torch_module_backend(
     parse_visible: Callable[[str], Sequence[str]] | None = None,
     device: Callable[[int], Any] | None = None,
     indexed: bool = True,
+    dist_backend: str | None = None,
 ) -> BackendSpec:
     """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``."""
     attr = attr or name
@@ -127,4 +128,5 @@ def torch_module_backend(
         device=device,
         indexed=indexed,
         description=description,
+        dist_backend=dist_backend,
     )
