@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pluggy
 
-from ._config import PRIORITIES, VISIBLE_VARS, EmuConfigError, read_config
+from ._config import COLLECTIVES, PRIORITIES, VISIBLE_VARS, EmuConfigError, read_config
 
 try:
     from accelreg.types import Availability, BackendSpec, MemoryInfo
@@ -97,4 +97,5 @@ def accelreg_backends() -> Iterator[BackendSpec]:
         device=_hpu_device if name == "hpu" else None,
         indexed=name != "hpu",
         description=f"emulated {name} on the host (accelreg-emu)",
+        dist_backend=COLLECTIVES[name],
     )
