@@ -170,6 +170,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
                 note = note[len(tested) :].lstrip("; ")
             if note:
                 print(f"      {note}")
+            if item.get("accelerator"):  # DeepSpeed: whose accelerator it runs on
+                print(f"      {item['accelerator']['summary']}")
     if report["skipped"]:
         print("\nskipped plugins:")
         for item in report["skipped"]:
