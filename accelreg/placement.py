@@ -64,7 +64,8 @@ def placement_rule(backend: str, quant_method: str) -> PlacementRule:
 
     A rule for the exact backend beats a generic (``"*"``) one, and a rule from an external
     plugin beats a built-in one. Raises :class:`~accelreg.errors.PlacementError` when
-    ``backend`` is not registered or no plugin has a rule for the pair.
+    ``backend`` is not registered, no plugin has a rule for the pair, or the rule says the
+    method cannot run there (``PlacementRule.unsupported``).
     """
     from . import registry
 
@@ -84,6 +85,8 @@ def placement_rule(backend: str, quant_method: str) -> PlacementRule:
         raise PlacementError(
             f"no placement rule for {quant_method!r} on {backend!r}; known methods: {', '.join(known) or 'none'}"
         )
+    if found.unsupported:
+        raise PlacementError(f"{method} weights cannot be placed on {backend!r}: {found.unsupported}")
     return found
 
 

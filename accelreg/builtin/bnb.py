@@ -5,10 +5,14 @@ output row; 4-bit weights are two values per byte plus one float32 ``absmax`` pe
 elements and a 16-entry float32 quantization map. A quantized weight can only be used where
 bitsandbytes runs it: on an accelerator it may not be offloaded to cpu or disk (an offloaded
 layer must stay unquantized, as transformers' ``llm_int8_enable_fp32_cpu_offload`` does); on
-the cpu backend the cpu *is* its device.
+the cpu backend the cpu *is* its device. Where bitsandbytes cannot hold 8-bit weights at all
+(:func:`eight_bit_unsupported`), the 8-bit rule for that backend says so and
+:func:`accelreg.placement_rule` refuses up front.
 """
 
 from __future__ import annotations
+
+import sys
 
 from ..hookspecs import hookimpl
 from ..types import PlacementRule
@@ -30,6 +34,36 @@ FOUR_BIT_STATE = (
     "weight.nested_quant_map",
     "weight.quant_state.",
 )
+
+
+def eight_bit_unsupported(backend: str) -> str:
+    """Why bitsandbytes cannot hold 8-bit weights on ``backend``'s devices; ``""`` when it can
+    or nothing is known.
+
+    bitsandbytes 0.47-0.50 quantizes an 8-bit weight on its way from the cpu and then swaps the
+    parameter's data for the int8 result (``Int8Params._quantize``: ``self.data = CB``). torch
+    allows that swap only between tensor types it deems shallow-copy compatible: the in-tree
+    accelerators are, and a PrivateUse1 device is only when its runtime registers an override
+    of ``_has_compatible_shallow_copy_type`` (vendor runtimes do). The probe asks torch that
+    question with two empty tensors; it only runs for the backend that is torch's PrivateUse1
+    device type and is up in this process.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or backend != torch._C._get_privateuse1_backend_name():
+        return ""
+    try:
+        compatible = torch._has_compatible_shallow_copy_type(torch.empty(0), torch.empty(0, device=backend))
+    except Exception:  # noqa: BLE001 - runtime not up here: nothing is known, nothing refused
+        return ""
+    if compatible:
+        return ""
+    return (
+        f"bitsandbytes cannot hold 8-bit weights on {backend}: it quantizes a weight on its way from the "
+        f"cpu and swaps the parameter's data for the int8 result, which torch refuses between cpu and "
+        f"{backend} tensors ({backend} is a PrivateUse1 device whose runtime registers no "
+        "_has_compatible_shallow_copy_type override); load in 4-bit (BitsAndBytesConfig(load_in_4bit=True)) "
+        "or quantize 8-bit on the cpu backend"
+    )
 
 
 @hookimpl
@@ -63,3 +97,12 @@ def accelreg_placement_rules(backend: str):
         provider=PROVIDER,
         before_load=bnb_load.before_load_4bit,
     )
+    reason = eight_bit_unsupported(backend)
+    if reason:  # an exact-backend rule beats the generic one above
+        yield PlacementRule(
+            backend=backend,
+            quant_method="bnb_8bit",
+            module_classes=EIGHT_BIT_CLASSES,
+            provider=PROVIDER,
+            unsupported=reason,
+        )
