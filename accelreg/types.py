@@ -221,10 +221,11 @@ class PlacementRule:
             for notes that end up in the load report.
         after_load: Optional ``(module, event) -> None`` run after the module's loader, to
             restore the module's own layout.
-        unsupported: Non-empty when the quantization library cannot hold such parameters on
-            this backend at all; it says why. :func:`accelreg.placement_rule` raises
+        unsupported: Non-empty when the quantization library cannot put such parameters on
+            this backend's devices; it says why. :func:`accelreg.placement_rule` raises
             :class:`~accelreg.errors.PlacementError` with it, so planning or checking a map
-            refuses the placement before the library fails inside.
+            refuses the placement before the library fails inside. The load hooks still use
+            the rule for a layer that already lives there.
     """
 
     backend: str
