@@ -164,7 +164,10 @@ def run(
         import _roundtrip
 
         record["adapter"] = check_adapter(trainer, model)
-        record["quant_devices"] = sorted({str(t.device) for t in _roundtrip.quant_tensors(model).values()})
+        live = _roundtrip.quant_tensors(model)
+        record["quant_devices"] = sorted(
+            {str(t.device) for k, t in live.items() if not k.endswith("quant_state_shared")}  # a cpu flag
+        )
         try:
             record["eval_after_load"] = trainer.evaluate()["eval_loss"]
         except Exception as exc:  # noqa: BLE001
