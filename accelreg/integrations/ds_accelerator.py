@@ -171,6 +171,12 @@ class _RegistryAccelerator:
                 "register its device module (torch._register_device_module) for DeepSpeed to use it"
             )
         self._torch = torch
+        # what DeepSpeed calls hundreds of times per step, looked up once
+        mod = self._mod
+        self._current = getattr(mod, "current_device", None) or torch.accelerator.current_device_index
+        self._synchronize = getattr(mod, "synchronize", None)
+        self._current_stream = getattr(mod, "current_stream", None) or torch.accelerator.current_stream
+        self._stream = getattr(mod, "stream", None)
 
     def _fn(self, name: str) -> Callable[..., Any] | None:
         return getattr(self._mod, name, None)
@@ -223,20 +229,19 @@ class _RegistryAccelerator:
     def current_device(self) -> int:
         if not self._indexed:
             return 0
-        return int(self._mod.current_device())
+        return int(self._current())
 
     def current_device_name(self) -> str:
         if not self._indexed:
             return self._name
-        return self._names[int(self._mod.current_device())]
+        return self._names[int(self._current())]
 
     def device_count(self) -> int:
         return self._count
 
     def synchronize(self, device_index: int | None = None) -> None:
-        fn = self._fn("synchronize")
-        if fn is not None:
-            fn(device_index)
+        if self._synchronize is not None:
+            self._synchronize(device_index)
 
     # -- RNG: the device module's, else the host generator's
     def random(self) -> Any:
@@ -278,14 +283,12 @@ class _RegistryAccelerator:
         return getattr(self._mod, "Stream", None) or self._torch.Stream
 
     def stream(self, stream: Any) -> Any:
-        fn = self._fn("stream")
-        return fn(stream) if fn is not None else contextlib.nullcontext(stream)
+        if self._stream is None:
+            return contextlib.nullcontext(stream)
+        return self._stream(stream)
 
     def current_stream(self, device_index: int | None = None) -> Any:
-        fn = self._fn("current_stream")
-        if fn is not None:
-            return fn(device_index)
-        return self._torch.accelerator.current_stream(device_index)
+        return self._current_stream(device_index)
 
     def default_stream(self, device_index: int | None = None) -> Any:
         fn = self._fn("default_stream")
