@@ -9,10 +9,15 @@ ZeRO stage, two engines are built from the same tiny Llama on ``npu:0``: one und
 and one under :func:`accelreg.integrations.deepspeed.registry_accelerator` (what accelreg hands
 DeepSpeed for a backend it has no class for). The two are stepped in alternation — before each
 arm DeepSpeed's global accelerator is set to that arm's — ``--steps`` steps per turn for
-``--rounds`` turns; each row is the median over turns of the mean step time, and the ratio
-registry / NPU class. Emulated kernels run synchronously on the host, so the step time is
-DeepSpeed's and the model's work, and what differs between the arms is only the accelerator's
-own overhead.
+``--rounds`` turns (the order flips every turn); each row gives the median over turns of the mean
+step time, and the median over turns of the paired ratio registry / NPU class (the two arms of
+one turn run back to back, so load from other processes hits both alike). Emulated kernels run
+synchronously on the host, so the step time is DeepSpeed's and the model's work, and what
+differs between the arms is only the accelerator's own overhead.
+
+A second table times, per call and interleaved, the accelerator methods a ZeRO-3 step calls most
+(counted once per step on this model; ``CALLS``), and multiplies the difference by the count: the
+registry accelerator's overhead per step, with little noise.
 """
 
 from __future__ import annotations
@@ -27,6 +32,24 @@ import sys
 import time
 import warnings
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+#: Accelerator methods a ZeRO-3 step of the benchmark model calls, and how often (counted with a
+#: wrapper around every method of the registry accelerator, 5 steps, DeepSpeed 0.19.8).
+CALLS = {
+    "range_push('x')": 573,
+    "range_pop()": 573,
+    "is_synchronized_device()": 172,
+    "current_stream()": 169,
+    "resolves_data_dependency()": 86,
+    "device_name()": 51,
+    "stream(s)": 44,
+    "on_accelerator(t)": 42,
+    "handles_memory_backpressure()": 22,
+    "current_device_name()": 21,
+    "synchronize()": 2,
+}
 
 
 def _reexec(argv: list[str]) -> int:
@@ -94,6 +117,21 @@ def _steps(engine: Any, accelerator: Any, n: int, batch: Any) -> float:
     return (time.perf_counter() - t) / n
 
 
+def _per_call(arms: dict[str, Any], tensor: Any) -> list[dict[str, Any]]:
+    from _util import interleaved_ns
+
+    names = list(arms)
+    out = []
+    for call, count in CALLS.items():
+        namespace = {"s": arms[names[0]].current_stream(), "t": tensor}
+        namespace.update({f"a{i}": arms[n] for i, n in enumerate(names)})
+        ns = interleaved_ns(
+            {n: f"a{i}.{call}" for i, n in enumerate(names)}, namespace, number=20_000, repeat=7
+        )
+        out.append({"call": call, "per_step": count, **{n: ns[n] for n in names}})
+    return out
+
+
 def measure(stages: list[int], rounds: int, steps: int) -> dict[str, Any]:
     import importlib
 
@@ -119,14 +157,24 @@ def measure(stages: list[int], rounds: int, steps: int) -> dict[str, Any]:
             order = list(arms) if r % 2 == 0 else list(reversed(arms))
             for name in order:
                 samples[name].append(_steps(engines[name], arms[name], steps, batch))
-        medians = {name: statistics.median(v) for name, v in samples.items()}
-        base = medians["DeepSpeed NPU_Accelerator"]
-        for name, value in medians.items():
-            rows.append({"stage": stage, "arm": name, "ms_per_step": value * 1e3, "ratio": value / base})
+        base = samples["DeepSpeed NPU_Accelerator"]
+        for name, values in samples.items():
+            ratios = [v / b for v, b in zip(values, base, strict=True)]
+            rows.append(
+                {
+                    "stage": stage,
+                    "arm": name,
+                    "ms_per_step": statistics.median(values) * 1e3,
+                    "ratio": statistics.median(ratios),
+                    "ratio_range": [min(ratios), max(ratios)],
+                }
+            )
         for engine in engines.values():
             engine.destroy()
+    per_call = _per_call(arms, batch)
     return {
         "rows": rows,
+        "per_call": per_call,
         "rounds": rounds,
         "steps": steps,
         "torch": torch.__version__,
@@ -156,10 +204,28 @@ def main(argv: list[str] | None = None) -> int:
         f"DeepSpeed engine step on the emulated npu, one rank, median of {record['rounds']} alternating turns "
         f"of {record['steps']} steps (torch {record['torch']}, {record['threads']} thread(s))\n"
     )
-    print("| ZeRO stage | accelerator | ms / step | x NPU_Accelerator |")
+    print("| ZeRO stage | accelerator | ms / step | x NPU_Accelerator (paired; min-max) |")
     print("| ---: | --- | ---: | ---: |")
     for row in record["rows"]:
-        print(f"| {row['stage']} | {row['arm']} | {row['ms_per_step']:.1f} | {row['ratio']:.3f} |")
+        low, high = row["ratio_range"]
+        print(
+            f"| {row['stage']} | {row['arm']} | {row['ms_per_step']:.1f} | "
+            f"{row['ratio']:.3f} ({low:.2f}-{high:.2f}) |"
+        )
+    names = ["DeepSpeed NPU_Accelerator", "accelreg registry accelerator"]
+    print(
+        "\nPer call (ns, median of 7 interleaved runs), and the difference times the calls per ZeRO-3 step:\n"
+    )
+    print("| call | per step | NPU_Accelerator | registry | difference x calls (us/step) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    total = 0.0
+    for row in record["per_call"]:
+        extra = (row[names[1]] - row[names[0]]) * row["per_step"] / 1e3
+        total += extra
+        print(
+            f"| `{row['call']}` | {row['per_step']} | {row[names[0]]:.0f} | {row[names[1]]:.0f} | {extra:+.1f} |"
+        )
+    print(f"| total | | | | {total:+.1f} |")
     return 0
 
 
