@@ -162,6 +162,7 @@ def accelerator_report() -> dict[str, Any]:
     real = sys.modules.get(_REAL)
     current = getattr(real, "ds_accelerator", None) if real is not None else None
     collectives = backend.spec.dist_backend
+    unknown = "undeclared by the backend's plugin"
     if current is not None:
         name = str(getattr(current, "_name", type(current).__name__))
         implementation = _describe(current)
@@ -177,14 +178,14 @@ def accelerator_report() -> dict[str, Any]:
             how = "chosen by DeepSpeed itself (accelreg's DeepSpeed integration has not handed it over)"
     elif env:
         name, implementation = env, "DeepSpeed's own"
-        collectives = None
+        collectives, unknown = None, "not known before DeepSpeed picks"
         how = f"DS_ACCELERATOR={env} set by the user: DeepSpeed will use its own class; accelreg leaves it"
     else:
         name = backend.device_type
         implementation = (
             f"DeepSpeed's own {name} class"
             if deepspeed_ships_class(name)
-            else f"accelreg's registry accelerator (DeepSpeed has no {name} class)"
+            else f"accelreg's registry accelerator: DeepSpeed has no {name} class"
         )
         if INTEGRATION.enabled or _postimport.pending(_REAL):
             how = "DeepSpeed has not picked yet; accelreg hands it over when DeepSpeed does"
@@ -195,7 +196,7 @@ def accelerator_report() -> dict[str, Any]:
     )
     verdict = "agrees with" if agree else "DISAGREES with"
     summary = (
-        f"DeepSpeed accelerator {name} ({implementation}; collectives {collectives or 'undeclared'}) "
+        f"DeepSpeed accelerator {name} ({implementation}; collectives {collectives or unknown}) "
         f"{verdict} accelreg's {backend.name}: {how}"
     )
     if _state.get("error"):

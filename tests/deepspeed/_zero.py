@@ -191,6 +191,9 @@ def main() -> int:
 
             out["stages"][str(stage)] = {"error": "".join(traceback.format_exception(exc))[-3000:]}
     out["process_group_backend"] = dist.get_backend() if dist.is_initialized() else None
+    from accelreg.integrations.deepspeed import accelerator_report
+
+    out["report"] = accelerator_report()
     out["seconds"] = round(time.time() - T0, 2)
     path = os.path.join(a.out, f"rank{rank}.json")
     with open(path + ".tmp", "w") as fh:

@@ -30,6 +30,9 @@ def test_deepspeed_runs_on_the_registrys_accelerator(ds_helpers: Any, name: str,
         assert r["accelerator_devices"] == 2 and r["world_size"] == nproc, r
         assert r["communication_backend"] == r["dist_backend"] == BACKENDS[name], r
         assert r["process_group_backend"] == BACKENDS[name], r
+        report = r["report"]
+        assert report["implementation"] == "accelreg's registry accelerator" and report["agree"], report
+        assert report["how"] == f"handed over by accelreg (the registry chose {name})", report
 
 
 @pytest.mark.parametrize("stage", STAGES)

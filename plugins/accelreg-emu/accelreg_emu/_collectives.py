@@ -99,9 +99,7 @@ class EmulatedProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> Any:
-        for output, input in zip(outputs, inputs, strict=True):
-            self.reduce_scatter_single(output, input, opts)
-        return _done(outputs)
+        return self._pairwise(self.reduce_scatter_single, outputs, inputs, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -124,8 +122,11 @@ class EmulatedProcessGroup(dist.ProcessGroup):
         return _done(outputs)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        chunks = list(torch.chunk(output.reshape(-1), self.size()))
+        target = output if output.is_contiguous() else output.contiguous()
+        chunks = list(torch.chunk(target.view(-1), self.size()))
         self.allgather([chunks], [input.reshape(-1)], opts)
+        if target is not output:
+            output.copy_(target)
         return _done(output)
 
     _allgather_base = all_gather_single
@@ -133,11 +134,16 @@ class EmulatedProcessGroup(dist.ProcessGroup):
     def all_gather_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> Any:
-        for output, input in zip(outputs, inputs, strict=True):
-            self.all_gather_single(output, input, opts)
-        return _done(outputs)
+        return self._pairwise(self.all_gather_single, outputs, inputs, opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    @staticmethod
+    def _pairwise(single: Any, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
+        """A coalesced operation as its single-tensor form, one pair at a time."""
+        for output, input in zip(outputs, inputs, strict=True):
+            single(output, input, opts)
+        return _done(outputs)
 
     # -- the rest ---------------------------------------------------------------------------
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
