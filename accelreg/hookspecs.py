@@ -124,7 +124,7 @@ def accelreg_placement_rules(backend: str) -> Iterable[PlacementRule]:
                     quant_method="acme_int8",
                     module_classes=("acme_quant.nn.Int8Linear",),
                     travelling_keys=("weight", "scale"),
-                    offload=frozenset(),        # accelerator only
+                    offload=frozenset(),  # accelerator only
                     bits_per_element=8,
                     bytes_per_row=4,
                 )
