@@ -46,6 +46,7 @@ __all__ = [
     "configure",
     "current_backend",
     "device_count",
+    "dist_backend",
     "failures",
     "hookimpl",
     "install",
@@ -95,6 +96,30 @@ def device_count(backend: str | None = None) -> int:
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a backend name (str), got {type(backend).__name__}")
     return snap.backend(backend).count
+
+
+def dist_backend(backend: str | None = None) -> str:
+    """The ``torch.distributed`` backend for collectives on ``backend``'s tensors (default: the
+    current backend), as its plugin declares it: ``"nccl"``, ``"hccl"``, ``"gloo"``, ...
+
+    Pass it to ``torch.distributed.init_process_group`` instead of a ``"nccl"`` ladder. An
+    unknown name raises :class:`DeviceError`; so does a backend whose plugin declares no
+    collective backend (the message says so: nothing is guessed).
+    """
+    from . import registry
+
+    snap = registry.get()
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"backend must be a backend name (str), got {type(backend).__name__}")
+    chosen = snap.current() if backend is None else snap.backend(backend)
+    name = chosen.spec.dist_backend
+    if not name:
+        who = chosen.plugin.distribution or chosen.plugin.name or "its plugin"
+        raise DeviceError(
+            f"{chosen.name} declares no collective backend (BackendSpec.dist_backend is unset by "
+            f"{who}); pass the torch.distributed backend explicitly"
+        )
+    return name
 
 
 def failures() -> list[PluginFailure]:

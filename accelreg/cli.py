@@ -262,6 +262,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
                 note = note[len(tested) :].lstrip("; ")
             if note:
                 say(f"      {note}")
+            if item.get("accelerator"):  # DeepSpeed: whose accelerator it runs on
+                say(f"      {item['accelerator']['summary']}")
     if report["skipped"]:
         say()
         say("skipped plugins:")

@@ -32,6 +32,11 @@ def accelreg_backends() -> Iterable[BackendSpec]:
     A spec whose name a built-in also uses replaces the built-in. Two external plugins for one
     name are a conflict unless configuration picks one (``providers = {name = "dist"}``).
 
+    Declare the ``torch.distributed`` backend your runtime registers for collectives on its
+    tensors (``dist_backend="acme_ccl"``): :func:`accelreg.dist_backend` answers it to
+    frameworks, and DeepSpeed's accelerator reports it (DeepSpeed then runs on your backend with
+    no class of its own for it; see docs/integrations.md).
+
     Returns:
         An iterable of ``BackendSpec``.
 
@@ -79,6 +84,7 @@ def accelreg_backends() -> Iterable[BackendSpec]:
                 device_count=_count,
                 visible_devices_var="ACME_VISIBLE_DEVICES",
                 memory_info=_memory,
+                dist_backend="acme_ccl",
                 description="Acme accelerator (torch_acme)",
             )
     """
@@ -118,7 +124,7 @@ def accelreg_placement_rules(backend: str) -> Iterable[PlacementRule]:
                     quant_method="acme_int8",
                     module_classes=("acme_quant.nn.Int8Linear",),
                     travelling_keys=("weight", "scale"),
-                    offload=frozenset(),        # accelerator only
+                    offload=frozenset(),  # accelerator only
                     bits_per_element=8,
                     bytes_per_row=4,
                 )

@@ -98,9 +98,10 @@ def own_rule(rule: Any) -> PlacementRule:
         if isinstance(value, bool) or not isinstance(value, int) or operator.index(value) < 0:
             raise ValueError(f"{name} must be a non-negative int, got {_short(value)}")
         values[name] = operator.index(value)
-    if not isinstance(values["provider"], str):
-        raise ValueError(f"provider must be a string, got {_short(values['provider'])}")
-    values["provider"] = str.__str__(values["provider"])
+    for name in ("provider", "unsupported"):
+        if not isinstance(values[name], str):
+            raise ValueError(f"{name} must be a string, got {_short(values[name])}")
+        values[name] = str.__str__(values[name])
     for name in ("before_load", "after_load"):
         if values[name] is not None and not callable(values[name]):
             raise ValueError(f"{name} must be callable or None")
@@ -144,7 +145,8 @@ def placement_rule(backend: str, quant_method: str) -> PlacementRule:
 
     A rule for the exact backend beats a generic (``"*"``) one, and a rule from an external
     plugin beats a built-in one. Raises :class:`~accelreg.errors.PlacementError` when
-    ``backend`` is not registered or no plugin has a rule for the pair.
+    ``backend`` is not registered, no plugin has a rule for the pair, or the rule says the
+    method cannot run there (``PlacementRule.unsupported``).
     """
     from . import registry
 
@@ -164,6 +166,8 @@ def placement_rule(backend: str, quant_method: str) -> PlacementRule:
         raise PlacementError(
             f"no placement rule for {quant_method!r} on {backend!r}; known methods: {', '.join(known) or 'none'}"
         )
+    if found.unsupported:
+        raise PlacementError(f"{method} weights cannot be placed on {backend!r}: {found.unsupported}")
     return found
 
 

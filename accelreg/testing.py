@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from .builtin import visible_devices_vars
+
 __all__ = ["BackendConformance", "PythonResult", "clean_environ", "run_python"]
 
 #: Set in a child started by the ``accelreg_emu`` marker: run the test body here.
@@ -51,18 +53,8 @@ def _registry_vars() -> set[str]:
     """Every variable that changes what the registry answers: ACCELREG_*, ranks, masks."""
     names = {k for k in os.environ if k.startswith("ACCELREG_") and not k.startswith(_KEEP_PREFIXES)}
     names.update(_LAUNCHER_VARS)
-    names.update(
-        (
-            "CUDA_VISIBLE_DEVICES",
-            "ZE_AFFINITY_MASK",
-            "ASCEND_RT_VISIBLE_DEVICES",
-            "MLU_VISIBLE_DEVICES",
-            "MUSA_VISIBLE_DEVICES",
-            "SDAA_VISIBLE_DEVICES",
-            "HABANA_VISIBLE_MODULES",
-            "ACCELREG_EMU_VISIBLE_DEVICES",
-        )
-    )
+    names.update(visible_devices_vars())  # each built-in backend's masking variable
+    names.add("ACCELREG_EMU_VISIBLE_DEVICES")
     return names
 
 

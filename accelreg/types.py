@@ -93,6 +93,10 @@ class BackendSpec:
             installed the backend counts as *present*: if its probes then say unavailable,
             ``resolve()`` warns instead of falling back to ``cpu`` silently, and refuses the
             fallback under a launcher (see docs/reliability.md).
+        dist_backend: The ``torch.distributed`` backend that runs collectives on this
+            backend's tensors (``"nccl"``, ``"hccl"``, ``"xccl"``, ``"cncl"``, ``"gloo"``, ...),
+            as passed to ``init_process_group``; ``None`` when the runtime has none.
+            :func:`accelreg.dist_backend` answers it, so frameworks need no ``"nccl"`` ladder.
     """
 
     name: str
@@ -108,6 +112,7 @@ class BackendSpec:
     indexed: bool = True
     description: str = ""
     runtime_package: str | None = None
+    dist_backend: str | None = None
 
     @property
     def torch_type(self) -> str:
@@ -222,6 +227,11 @@ class PlacementRule:
             for notes that end up in the load report.
         after_load: Optional ``(module, event) -> None`` run after the module's loader, to
             restore the module's own layout.
+        unsupported: Non-empty when the quantization library cannot put such parameters on
+            this backend's devices; it says why. :func:`accelreg.placement_rule` raises
+            :class:`~accelreg.errors.PlacementError` with it, so planning or checking a map
+            refuses the placement before the library fails inside. The load hooks still use
+            the rule for a layer that already lives there.
     """
 
     backend: str
@@ -239,6 +249,7 @@ class PlacementRule:
     provider: str = ""
     before_load: Callable[..., None] | None = None
     after_load: Callable[..., None] | None = None
+    unsupported: str = ""
 
     def may_live_on(self, device: str) -> bool:
         """Whether a parameter under this rule may be placed on ``device`` (``"npu:0"``,

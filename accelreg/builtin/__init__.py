@@ -7,6 +7,8 @@ A vendor plugin that registers the same name replaces the built-in one.
 
 from __future__ import annotations
 
+import importlib
+
 #: Entry-point name -> module, used when accelreg runs from a source tree without being
 #: installed (no entry points exist then).
 BUILTIN_MODULES: dict[str, str] = {
@@ -21,3 +23,15 @@ BUILTIN_MODULES: dict[str, str] = {
     "mps": "accelreg.builtin.mps",
     "bnb": "accelreg.builtin.bnb",
 }
+
+
+def visible_devices_vars() -> tuple[str, ...]:
+    """The visible-devices variables the built-in backends declare (no probe runs, torch is
+    not imported): what a clean test environment must not inherit."""
+    found: list[str] = []
+    for module in BUILTIN_MODULES.values():
+        hook = getattr(importlib.import_module(module), "accelreg_backends", None)
+        for spec in hook() if hook is not None else ():
+            if spec.visible_devices_var and spec.visible_devices_var not in found:
+                found.append(spec.visible_devices_var)
+    return tuple(found)

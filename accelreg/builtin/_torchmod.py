@@ -110,6 +110,7 @@ def torch_module_backend(
     parse_visible: Callable[[str], Sequence[str]] | None = None,
     device: Callable[[int], Any] | None = None,
     indexed: bool = True,
+    dist_backend: str | None = None,
 ) -> BackendSpec:
     """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``."""
     attr = attr or name
@@ -128,4 +129,5 @@ def torch_module_backend(
         indexed=indexed,
         description=description,
         runtime_package=package,
+        dist_backend=dist_backend,
     )

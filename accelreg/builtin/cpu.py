@@ -44,4 +44,5 @@ def accelreg_backends():
         memory_info=_memory,
         indexed=False,
         description="host CPU",
+        dist_backend="gloo",
     )

@@ -32,5 +32,6 @@ def accelreg_backends():
         visible_devices_var=VAR,
         parse_visible=parse_cuda_visible_devices,
         not_compiled=_not_compiled,
+        dist_backend="nccl",
         description="NVIDIA CUDA / AMD ROCm (torch.cuda)",
     )

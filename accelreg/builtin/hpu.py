@@ -24,5 +24,6 @@ def accelreg_backends():
         visible_devices_var="HABANA_VISIBLE_MODULES",
         device=_device,
         indexed=False,
+        dist_backend="hccl",
         description="Intel Gaudi HPU (habana_frameworks.torch)",
     )

@@ -13,5 +13,6 @@ def accelreg_backends():
         priority=70,
         package="torch_mlu",
         visible_devices_var="MLU_VISIBLE_DEVICES",
+        dist_backend="cncl",
         description="Cambricon MLU (torch_mlu)",
     )

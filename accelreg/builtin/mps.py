@@ -34,4 +34,5 @@ def accelreg_backends():
         current_index=lambda: 0,
         memory_info=_memory,
         description="Apple Metal (torch.mps)",
+        dist_backend="gloo",  # torch's own default for mps tensors
     )

@@ -13,5 +13,6 @@ def accelreg_backends():
         priority=60,
         package="torch_musa",
         visible_devices_var="MUSA_VISIBLE_DEVICES",
+        dist_backend="mccl",
         description="Moore Threads MUSA (torch_musa)",
     )

@@ -13,5 +13,6 @@ def accelreg_backends():
         priority=80,
         package="torch_npu",
         visible_devices_var="ASCEND_RT_VISIBLE_DEVICES",
+        dist_backend="hccl",
         description="Huawei Ascend NPU (torch_npu)",
     )

@@ -13,5 +13,6 @@ def accelreg_backends():
         priority=50,
         package="torch_sdaa",
         visible_devices_var="SDAA_VISIBLE_DEVICES",
+        dist_backend="tccl",
         description="Tecorigin SDAA (torch_sdaa)",
     )

@@ -30,5 +30,6 @@ def accelreg_backends():
         # Level Zero accepts "device" and "device.subdevice" entries.
         parse_visible=partial(parse_visible_devices, var=VAR, subdevices=True),
         not_compiled=_not_compiled,
+        dist_backend="xccl",
         description="Intel GPU (torch.xpu)",
     )

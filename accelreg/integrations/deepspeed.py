@@ -1,26 +1,28 @@
-"""DeepSpeed: quantized checkpoints load onto the right device, and DeepSpeed's accelerator
-agrees with the registry.
+"""DeepSpeed: its accelerator is the registry's choice, and quantized checkpoints load onto the
+right device.
 
-Seam: ``deepspeed.initialize`` (public; accelerate looks it up on the module at call time, so
-Trainer's path goes through it too). Before the engine is built, the placement rules are
-attached to the model (:func:`accelreg.placement.attach`), so ``engine.load_checkpoint`` —
-which always loads onto the CPU and offers no ``map_location`` — hands each quantized layer
-its state on the device of the live weight. The hooks live on the model, so Trainer's
-``_load_best_model`` (seed 000) needs nothing beyond ``accelreg.install()``.
+**Accelerator.** DeepSpeed picks an accelerator with its own detection ladder, and refuses a
+backend it does not list (``DS_ACCELERATOR must be one of [...]``). With this integration the
+registry picks instead: at the moment DeepSpeed's accelerator module is imported
+(:func:`prepare`, which ``accelreg.install()`` calls), or at ``enable()``, accelreg hands
+DeepSpeed an accelerator for the registry's current backend through DeepSpeed's public
+``set_accelerator``. It is DeepSpeed's own class for that device type where DeepSpeed ships one
+(its op builders, graphs and vendor quirks live there), and accelreg's registry accelerator
+(:mod:`accelreg.integrations.ds_accelerator`) for every other backend. A ``DS_ACCELERATOR`` the
+user set is an explicit DeepSpeed choice and is left alone; :func:`accelerator_report` and
+``accelreg env`` show any disagreement. ``disable()`` gives DeepSpeed back what it had.
 
-DeepSpeed picks its accelerator itself: ``DS_ACCELERATOR``, else its own detection ladder
-(``deepspeed/accelerator/real_accelerator.py``, 0.19.8: xpu, npu, sdaa, mps, hpu, mlu, supa,
-klxpu, cuda, else cpu). :func:`accelerator_report` compares it with accelreg's current backend
-without importing DeepSpeed; ``enable()`` switches DeepSpeed to the registry's backend when the
-user chose a backend through accelreg (``priority`` or ``disable`` configured) and did not set
-``DS_ACCELERATOR``. :func:`prepare` does the same before DeepSpeed first picks (a few DeepSpeed
-modules keep the accelerator they saw at import).
+**Placement.** Seam: ``deepspeed.initialize`` (public; accelerate looks it up on the module at
+call time, so Trainer's path goes through it too). Before the engine is built, the placement
+rules are attached to the model (:func:`accelreg.placement.attach`), so
+``engine.load_checkpoint`` — which always loads onto the CPU and offers no ``map_location`` —
+hands each quantized layer its state on the device of the live weight (seed 000).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
+import importlib
 import logging
 import os
 import sys
@@ -29,18 +31,28 @@ from contextlib import contextmanager
 from typing import Any
 
 from ._seams import LIBRARIES, Integration, Seam
+from .ds_accelerator import accelerator_for, deepspeed_ships_class, registry_accelerator
 
-__all__ = ["INTEGRATION", "accelerator_report", "disable", "enable", "enabled", "prepare", "unprepare"]
+__all__ = [
+    "INTEGRATION",
+    "accelerator_for",
+    "accelerator_report",
+    "disable",
+    "enable",
+    "enabled",
+    "prepare",
+    "registry_accelerator",
+    "unprepare",
+]
 
 log = logging.getLogger("accelreg.integrations.deepspeed")
 
 _REAL = "deepspeed.accelerator.real_accelerator"
-#: DeepSpeed 0.19.8's accelerators (real_accelerator.py:23).
-DS_ACCELERATORS = ("cuda", "cpu", "xpu", "npu", "mps", "hpu", "mlu", "sdaa", "supa", "klxpu")
 
 _attached = {"models": 0, "modules": 0}
-_saved_accelerator: list[Any] = []  # [previous ds_accelerator, previous DS_ACCELERATOR] while aligned
-_last_align: dict[str, str] = {}
+#: What accelreg handed DeepSpeed: ``handed`` (the object), ``backend`` (its registry backend),
+#: ``previous`` (DeepSpeed's accelerator before, possibly None); ``error`` of the last attempt.
+_state: dict[str, Any] = {}
 
 
 # -- the seam -----------------------------------------------------------------------------
@@ -60,193 +72,60 @@ def _initialize(original: Any) -> Any:
     return initialize
 
 
-# -- accelerator agreement ----------------------------------------------------------------
-def _predict() -> str:
-    """What DeepSpeed 0.19.8's auto-detection would pick here (real_accelerator.py:128-209),
-    checked with ``find_spec`` and torch only: nothing is imported that DeepSpeed would import."""
-    import torch
-
-    def has(name: str) -> bool:
-        try:
-            return importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            return False
-
-    xpu = getattr(torch, "xpu", None)
-    if xpu is not None and xpu.is_available():
-        return "xpu"
-    for package, name in (("torch_npu", "npu"), ("torch_sdaa", "sdaa")):
-        if has(package):
-            return name
-    if torch.backends.mps.is_available():
-        return "mps"
-    for package, name in (("habana_frameworks", "hpu"), ("torch_mlu", "mlu"), ("torch_supa", "supa")):
-        if has(package):
-            return name
-    if has("torch_xmlir"):
-        return "klxpu"
-    if torch.cuda.device_count() > 0 and torch.cuda.is_available():
-        return "cuda"
-    return "cpu"
-
-
-def _deepspeed_choice() -> tuple[str, str]:
-    """DeepSpeed's accelerator and how it was chosen, without importing DeepSpeed."""
-    real = sys.modules.get(_REAL)
-    current = getattr(real, "ds_accelerator", None) if real is not None else None
-    if current is not None:
-        how = "aligned by accelreg" if _saved_accelerator else "chosen by DeepSpeed"
-        if not _saved_accelerator and os.environ.get("DS_ACCELERATOR"):
-            how = "chosen by DeepSpeed from DS_ACCELERATOR"
-        return str(current._name), how
-    env = os.environ.get("DS_ACCELERATOR")
-    if env:
-        return env, "from DS_ACCELERATOR; DeepSpeed not imported yet"
-    return _predict(), "predicted from DeepSpeed's auto-detection; DeepSpeed not imported yet"
-
-
-def accelerator_report() -> dict[str, Any]:
-    """DeepSpeed's accelerator next to accelreg's current backend (never imports DeepSpeed).
-
-    Keys: ``deepspeed`` (its accelerator name), ``how`` (chosen by DeepSpeed, from
-    ``DS_ACCELERATOR``, predicted, or aligned by accelreg), ``accelreg`` (current backend),
-    ``agree``, ``DS_ACCELERATOR``, ``priority_source`` (where accelreg's priority came from;
-    ``"default"`` when unset), ``chosen_by`` (the settings by which the user chose a backend
-    through accelreg: ``priority``/``disable`` and their sources; empty when none),
-    ``action`` and ``summary`` (one line).
-    """
-    import accelreg
-
+# -- handing DeepSpeed the registry's accelerator ------------------------------------------
+def _hand_over(real: Any) -> None:
+    """Give DeepSpeed the accelerator of the registry's current backend (idempotent)."""
     from .. import registry
 
-    ds_name, how = _deepspeed_choice()
-    backend = accelreg.current_backend()
-    sources = registry.get().settings.sources
-    source = sources.get("priority", "default")
-    chosen = [
-        f"{key} from {sources[key]}"
-        for key in ("priority", "disable")
-        if sources.get(key, "default") != "default"
-    ]
-    agree = ds_name in (backend.name, backend.device_type)
-    env = os.environ.get("DS_ACCELERATOR")
-    user_env = env if env and not _saved_accelerator else None
-    if agree:
-        action = "none needed"
-    elif user_env:
-        action = f"left as is: DS_ACCELERATOR={user_env} was set by the user"
-    elif not chosen:
-        action = (
-            "left as is: no backend was chosen through accelreg; set accelreg's priority or "
-            "disable (or DS_ACCELERATOR) to choose"
-        )
-    elif backend.name not in DS_ACCELERATORS:
-        action = f"cannot align: DeepSpeed has no {backend.name!r} accelerator ({', '.join(DS_ACCELERATORS)})"
-    elif sys.modules.get(_REAL) is None:
-        action = f"enable() will switch DeepSpeed to {backend.name!r} ({'; '.join(chosen)})"
-    else:
-        action = f"enable() switches DeepSpeed to {backend.name!r} ({'; '.join(chosen)})"
-    if _last_align.get("error"):
-        action = f"alignment failed: {_last_align['error']}"
-    verdict = "agrees with" if agree else "DISAGREES with"
-    summary = f"DeepSpeed accelerator {ds_name} ({how}) {verdict} accelreg's {backend.name}"
-    if not agree:
-        summary += f"; {action}"
-    return {
-        "deepspeed": ds_name,
-        "how": how,
-        "accelreg": backend.name,
-        "accelreg_device_type": backend.device_type,
-        "agree": agree,
-        "DS_ACCELERATOR": env,
-        "priority_source": source,
-        "chosen_by": chosen,
-        "action": action,
-        "summary": summary,
-    }
-
-
-def _wanted() -> str | None:
-    """The accelerator DeepSpeed should switch to, or None to leave it alone."""
-    report = accelerator_report()
-    if report["agree"] or not report["chosen_by"] or _saved_accelerator:
-        return None
-    if report["DS_ACCELERATOR"]:
-        return None  # the user's explicit DeepSpeed choice wins; accelreg env shows the mismatch
-    return report["accelreg"] if report["accelreg"] in DS_ACCELERATORS else None
-
-
-def _align() -> None:
-    """Make DeepSpeed's accelerator the registry's (see the module docstring for when)."""
-    _last_align.clear()
-    try:
-        wanted = _wanted()
-    except Exception as exc:  # noqa: BLE001 - the placement seam must not depend on this
-        _last_align["error"] = f"{type(exc).__name__}: {exc}"
-        log.warning("accelreg: cannot compare DeepSpeed's accelerator with the registry: %s", exc)
+    _state.pop("error", None)
+    if os.environ.get("DS_ACCELERATOR"):
+        return  # the user's explicit DeepSpeed choice wins; the report shows any mismatch
+    backend = registry.get().current()
+    current = real.ds_accelerator
+    if current is not None and current is _state.get("handed") and _state.get("backend") == backend.name:
         return
-    if wanted is None:
-        return
-    real = importlib.import_module(_REAL)
-    previous, env = real.ds_accelerator, os.environ.get("DS_ACCELERATOR")
-    os.environ["DS_ACCELERATOR"] = wanted
-    real.ds_accelerator = None
-    try:
-        real.get_accelerator()
-    except Exception as exc:  # noqa: BLE001 - DeepSpeed refused (vendor package missing, ...)
-        real.ds_accelerator = previous
-        _restore_env(env)
-        _last_align["error"] = f"DeepSpeed refused {wanted!r}: {exc}"
-        log.warning("accelreg: could not switch DeepSpeed's accelerator to %r: %s", wanted, exc)
-        return
-    _saved_accelerator[:] = [previous, env]
-    if previous is not None and "deepspeed.runtime.utils" in sys.modules:
+    accelerator = accelerator_for(backend.name)
+    ours_before = _state.get("handed")
+    if ours_before is None:
+        _state["previous"] = current
+    real.set_accelerator(accelerator)
+    _state.update(handed=accelerator, backend=backend.name)
+    if current is not None and current is not ours_before and "deepspeed.runtime" in sys.modules:
         log.info(
-            "accelreg: switched DeepSpeed's accelerator from %s to %s after DeepSpeed was imported; "
-            "a few DeepSpeed modules keep the one they saw at import (call accelreg.install() "
-            "before importing deepspeed)",
-            previous._name,
-            wanted,
+            "accelreg: handed DeepSpeed the %s accelerator after DeepSpeed had picked %s; a few DeepSpeed "
+            "modules keep what they saw at import (call accelreg.install() before importing deepspeed)",
+            backend.name,
+            getattr(current, "_name", current),
         )
 
 
-def _restore_env(value: str | None) -> None:
-    if value is None:
-        os.environ.pop("DS_ACCELERATOR", None)
-    else:
-        os.environ["DS_ACCELERATOR"] = value
-
-
-def _unalign() -> None:
-    if not _saved_accelerator:
-        return
-    real = importlib.import_module(_REAL)
-    previous, env = _saved_accelerator
-    real.ds_accelerator = previous
-    _restore_env(env)
-    _saved_accelerator.clear()
-
-
-def _early(_module: Any) -> None:
-    """Before DeepSpeed's first ``get_accelerator()``: name the registry's backend in
-    ``DS_ACCELERATOR`` when the user chose one through accelreg (and not through DeepSpeed)."""
-    try:
-        wanted = _wanted()
-    except Exception as exc:  # noqa: BLE001
-        log.warning("accelreg: cannot compare DeepSpeed's accelerator with the registry: %s", exc)
+def _take_back() -> None:
+    if "handed" not in _state:
         return
     real = sys.modules.get(_REAL)
-    if wanted is None or real is None or real.ds_accelerator is not None:
-        return
-    # ``wanted`` is the registry's current backend, so its runtime is importable here: the
-    # backend's own probe said so (no per-vendor package list in this module)
-    _saved_accelerator[:] = [None, os.environ.get("DS_ACCELERATOR")]
-    os.environ["DS_ACCELERATOR"] = wanted
+    if real is not None and real.ds_accelerator is _state["handed"]:
+        real.ds_accelerator = _state["previous"]  # set_accelerator refuses None
+    _state.clear()
+
+
+def _on_enable() -> None:
+    _hand_over(importlib.import_module(_REAL))
+
+
+def _early(module: Any) -> None:
+    """Before DeepSpeed's first ``get_accelerator()``: hand it the registry's accelerator.
+    Runs inside the user's ``import deepspeed``, so a failure is a warning here (``enable()``,
+    at the end of that import, reports it again)."""
+    try:
+        _hand_over(module)
+    except Exception as exc:  # noqa: BLE001 - never break the user's import from here
+        _state["error"] = f"{type(exc).__name__}: {exc}"
+        log.warning("accelreg: could not hand DeepSpeed the registry's accelerator: %s", exc)
 
 
 def prepare() -> None:
-    """Align DeepSpeed's accelerator at the moment DeepSpeed's accelerator module is imported,
-    before DeepSpeed picks one (cheap: imports nothing). ``accelreg.install()`` calls it."""
+    """Hand DeepSpeed the registry's accelerator the moment DeepSpeed's accelerator module is
+    imported, before DeepSpeed first picks one (cheap: imports nothing). ``install()`` calls it."""
     from . import _postimport
 
     _postimport.when_imported(_REAL, _early)
@@ -257,6 +136,83 @@ def unprepare() -> None:
     from . import _postimport
 
     _postimport.cancel(_REAL)
+
+
+# -- the report ----------------------------------------------------------------------------
+def _describe(accelerator: Any) -> str:
+    if type(accelerator).__name__ == "RegistryAccelerator":
+        return "accelreg's registry accelerator"
+    return f"DeepSpeed's {type(accelerator).__name__}"
+
+
+def accelerator_report() -> dict[str, Any]:
+    """DeepSpeed's accelerator next to accelreg's current backend (never imports DeepSpeed).
+
+    Keys: ``deepspeed`` (the device type DeepSpeed uses, or will use), ``implementation``
+    (DeepSpeed's own class, or accelreg's registry accelerator), ``collectives`` (its
+    ``torch.distributed`` backend, when known), ``how`` (handed over by accelreg, or chosen by
+    DeepSpeed, and why), ``accelreg`` and ``accelreg_device_type`` (the current backend),
+    ``agree``, ``DS_ACCELERATOR``, ``error`` (a failed hand-over) and ``summary`` (one line).
+    """
+    from .. import registry
+    from . import _postimport
+
+    backend = registry.get().current()
+    env = os.environ.get("DS_ACCELERATOR") or None
+    real = sys.modules.get(_REAL)
+    current = getattr(real, "ds_accelerator", None) if real is not None else None
+    collectives = backend.spec.dist_backend
+    unknown = "undeclared by the backend's plugin"
+    if current is not None:
+        name = str(getattr(current, "_name", type(current).__name__))
+        implementation = _describe(current)
+        try:
+            collectives = current.communication_backend_name()
+        except Exception:  # noqa: BLE001 - a report line must not raise
+            collectives = None
+        if current is _state.get("handed"):
+            how = f"handed over by accelreg (the registry chose {_state['backend']})"
+        elif env:
+            how = f"chosen by DeepSpeed from DS_ACCELERATOR={env} (set by the user; accelreg leaves it)"
+        else:
+            how = "chosen by DeepSpeed itself (accelreg's DeepSpeed integration has not handed it over)"
+    elif env:
+        name, implementation = env, "DeepSpeed's own"
+        collectives, unknown = None, "not known before DeepSpeed picks"
+        how = f"DS_ACCELERATOR={env} set by the user: DeepSpeed will use its own class; accelreg leaves it"
+    else:
+        name = backend.device_type
+        implementation = (
+            f"DeepSpeed's own {name} class"
+            if deepspeed_ships_class(name)
+            else f"accelreg's registry accelerator: DeepSpeed has no {name} class"
+        )
+        if INTEGRATION.enabled or _postimport.pending(_REAL):
+            how = "DeepSpeed has not picked yet; accelreg hands it over when DeepSpeed does"
+        else:
+            how = "DeepSpeed not imported yet; accelreg.install() or enable() hands it over"
+    agree = name in (backend.name, backend.device_type) and (
+        current is None or current is not _state.get("handed") or _state.get("backend") == backend.name
+    )
+    verdict = "agrees with" if agree else "DISAGREES with"
+    summary = (
+        f"DeepSpeed accelerator {name} ({implementation}; collectives {collectives or unknown}) "
+        f"{verdict} accelreg's {backend.name}: {how}"
+    )
+    if _state.get("error"):
+        summary += f"; hand-over failed: {_state['error']}"
+    return {
+        "deepspeed": name,
+        "implementation": implementation,
+        "collectives": collectives,
+        "how": how,
+        "accelreg": backend.name,
+        "accelreg_device_type": backend.device_type,
+        "agree": agree,
+        "DS_ACCELERATOR": env,
+        "error": _state.get("error"),
+        "summary": summary,
+    }
 
 
 # -- the integration ----------------------------------------------------------------------
@@ -275,15 +231,14 @@ class _DeepSpeedIntegration(Integration):
         except Exception as exc:  # noqa: BLE001 - a status line must not raise
             out["note"] += f"; DeepSpeed accelerator: unknown ({type(exc).__name__}: {exc})"
             return out
-        out["accelerator"] = report
-        out["note"] += "; " + report["summary"]
+        out["accelerator"] = report  # accelreg env prints report["summary"] as its own line
         return out
 
 
 INTEGRATION = _DeepSpeedIntegration(
     name="deepspeed",
     distribution="deepspeed",
-    supported=">=0.19.8,<0.20",
+    supported=">=0.17,<0.20",
     seams=[
         Seam(
             "deepspeed",
@@ -294,18 +249,19 @@ INTEGRATION = _DeepSpeedIntegration(
         )
     ],
     scan_prefixes=LIBRARIES,
-    on_enable=_align,
-    on_disable=_unalign,
+    on_enable=_on_enable,
+    on_disable=_take_back,
 )
 
 
 def enable() -> None:
-    """Enable the DeepSpeed integration (idempotent)."""
+    """Enable the DeepSpeed integration (idempotent): hand DeepSpeed the registry's accelerator
+    and install the placement seam."""
     INTEGRATION.enable()
 
 
 def disable() -> None:
-    """Restore DeepSpeed exactly as it was (also its accelerator, if accelreg switched it)."""
+    """Restore DeepSpeed exactly as it was (also its accelerator)."""
     INTEGRATION.disable()
 
 

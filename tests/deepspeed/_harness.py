@@ -117,8 +117,9 @@ def make_tiny_llama(path: str) -> str:
     return path
 
 
-def build_peft_model(bits: int, model_dir: str) -> Any:
-    """from_pretrained quantized, prepare_model_for_kbit_training, LoRA r=8 alpha=32 q/v."""
+def build_peft_model(bits: int, model_dir: str, device: str = "cpu") -> Any:
+    """from_pretrained quantized onto ``device``, prepare_model_for_kbit_training, LoRA r=8
+    alpha=32 q/v."""
     import torch
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
@@ -134,7 +135,7 @@ def build_peft_model(bits: int, model_dir: str) -> Any:
             bnb_4bit_compute_dtype=torch.float32,
         )
     model = AutoModelForCausalLM.from_pretrained(
-        model_dir, quantization_config=qcfg, device_map={"": "cpu"}, dtype=torch.float32
+        model_dir, quantization_config=qcfg, device_map={"": device}, dtype=torch.float32
     )
     model.config.use_cache = False
     model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)

@@ -71,14 +71,25 @@ def check_adapter(trainer: Any, model: Any) -> dict[str, Any]:
     return out
 
 
-def run(mode: str, stage: int | None, model_dir: str, out_root: str, steps: int) -> dict[str, Any]:
+def run(
+    mode: str,
+    stage: int | None,
+    model_dir: str,
+    out_root: str,
+    steps: int,
+    *,
+    bits: int = 8,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """One Trainer run; ``device`` is where the quantized model is loaded (and Trainer's device:
+    the cpu, or the accelerator accelerate picks for this rank)."""
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     use_ds = stage is not None
     H.set_ds_env(use_ds)
     t0 = time.time()
-    model = H.build_peft_model(8, model_dir)
+    model = H.build_peft_model(bits, model_dir, device)
     record: dict[str, Any] = {
         "mode": mode,
         "stage": stage,
@@ -108,7 +119,9 @@ def run(mode: str, stage: int | None, model_dir: str, out_root: str, steps: int)
             evals.append((state.global_step, metrics.get("eval_loss")))
 
     kwargs: dict[str, Any] = dict(
-        output_dir=os.path.join(out_root, f"{mode}-{'ds' + str(stage) if use_ds else 'nods'}"),
+        output_dir=os.path.join(
+            out_root, f"{mode}-{bits}bit-{device.replace(':', '')}-{'ds' + str(stage) if use_ds else 'nods'}"
+        ),
         per_device_train_batch_size=2,
         per_device_eval_batch_size=2,
         max_steps=steps,
@@ -122,7 +135,7 @@ def run(mode: str, stage: int | None, model_dir: str, out_root: str, steps: int)
         greater_is_better=False,
         logging_steps=1,
         report_to=[],
-        use_cpu=True,
+        use_cpu=device == "cpu",
         dataloader_num_workers=0,
         disable_tqdm=True,
         seed=0,
@@ -148,7 +161,13 @@ def run(mode: str, stage: int | None, model_dir: str, out_root: str, steps: int)
     record["best_metric"] = trainer.state.best_metric
     record["attached_after"] = attached(model)
     if record["ok"]:
+        import _roundtrip
+
         record["adapter"] = check_adapter(trainer, model)
+        live = _roundtrip.quant_tensors(model)
+        record["quant_devices"] = sorted(
+            {str(t.device) for k, t in live.items() if not k.endswith("quant_state_shared")}  # a cpu flag
+        )
         try:
             record["eval_after_load"] = trainer.evaluate()["eval_loss"]
         except Exception as exc:  # noqa: BLE001

@@ -20,6 +20,14 @@ single-process launcher variables (``RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADD
 ``MASTER_PORT``; the control run drops them before its Trainer is built, or Trainer would wrap
 the model in DDP), and ``OMP_NUM_THREADS=1`` (with two OpenMP threads on a shared two-core
 machine, a 64x64 matmul takes 15 ms instead of 0.02 ms: the threads spin-wait on each other).
+
+Emulated runs (``Helpers.zero``, ``two_nodes``, ``seed_device``) get the emulator instead:
+``_zero.py`` under torchrun (or alone, for one rank) on ``musa`` and ``emu`` — backends DeepSpeed
+has no class for — with 1 and 2 ranks; two torchrun agents joined by a c10d rendezvous as two
+nodes; seed 000 on the emulated ``npu`` device. Runs that fit are started together (at most two
+busy interpreters: the machine has two cores). They also get ``TORCHDYNAMO_DISABLE=1``:
+bitsandbytes' device-independent kernels try ``torch.compile``, which fails on a PrivateUse1
+device and is retried on every call (minutes per Trainer run).
 """
 
 from __future__ import annotations
@@ -63,6 +71,14 @@ PLANS: dict[str, list[str]] = {
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "multinode: several torchrun agents on localhost joined by a rendezvous as separate nodes "
+        "(CI runs them; -m 'not multinode' skips them)",
+    )
+
+
 def helper_environ(work: Path) -> dict[str, str]:
     env = clean_environ()
     for key in [k for k in env if k.startswith("ACCELREG_EMU_")]:
@@ -79,6 +95,25 @@ def helper_environ(work: Path) -> dict[str, str]:
         PYTHONDONTWRITEBYTECODE="1",
     )
     return env
+
+
+def emu_helper_environ(
+    work: Path, name: str, *, launcher: bool, devices: int = 2, memory: str | None = None
+) -> dict[str, str]:
+    """:func:`helper_environ` with the emulator as ``name``; ``launcher``: torchrun sets the
+    rank variables itself (the one-rank runs get DeepSpeed's single-process set)."""
+    env = helper_environ(work)
+    if launcher:
+        for key in (*DS_ENV, "MASTER_PORT"):
+            env.pop(key, None)
+    env.update(ACCELREG_EMU_NAME=name, ACCELREG_EMU_DEVICES=str(devices), TORCHDYNAMO_DISABLE="1")
+    if memory is not None:
+        env["ACCELREG_EMU_MEMORY"] = memory
+    return env
+
+
+def torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
 @dataclass
@@ -101,6 +136,14 @@ class Run:
             pytest.fail(f"the helper process did not finish\n{self.describe()}", pytrace=False)
         return last[0]
 
+    def ranks(self, n: int) -> list[dict[str, Any]]:
+        """The ``n`` rank records of a launch, in rank order (fails when the launch failed)."""
+        if self.returncode != 0 or len(self.records) != n:
+            pytest.fail(
+                f"expected {n} rank results, got {len(self.records)}\n{self.describe()}", pytrace=False
+            )
+        return sorted(self.records, key=lambda r: r["rank"])
+
     def find(self, kind: str, args: list[int]) -> dict[str, Any]:
         for record in self.records:
             if record.get("kind") == kind and record.get("args") == list(args):
@@ -122,8 +165,8 @@ class Helpers:
         self.model = root / "tiny_llama"
         self.runs: dict[str, Run] = {}
 
-    def _start(self, name: str, argv: list[str]) -> Run:
-        env = helper_environ(self.root)
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Run:
+        env = env if env is not None else helper_environ(self.root)
         t0 = time.time()
         try:
             proc = subprocess.run(
@@ -166,6 +209,88 @@ class Helpers:
                 ],
             )
         return self.runs[mode]
+
+    def _together(self, jobs: dict[str, tuple[list[str], dict[str, str], Path]]) -> None:
+        """Start every job at once and wait for all; each becomes ``self.runs[name]``, whose
+        records are the rank files its job wrote to its folder."""
+        t0 = time.time()
+        procs = {}
+        for name, (argv, env, out) in jobs.items():
+            out.mkdir(parents=True, exist_ok=True)
+            procs[name] = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=self.root
+            )
+        for name, proc in procs.items():
+            try:
+                text, _ = proc.communicate(timeout=max(TIMEOUT - (time.time() - t0), 1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                text, _ = proc.communicate()
+            records = [json.loads(f.read_text()) for f in sorted(jobs[name][2].glob("rank*.json"))]
+            self.runs[name] = Run(name, records, proc.returncode, time.time() - t0, (text or "")[-6000:])
+
+    def _zero_job(self, name: str, nproc: int) -> tuple[list[str], dict[str, str], Path]:
+        out = self.root / f"zero-{name}-{nproc}"
+        args = [str(HERE / "_zero.py"), "--out", str(out)]
+        if nproc == 1:  # one rank needs no launcher: DeepSpeed's single-process variables
+            return [sys.executable, *args], emu_helper_environ(self.root, name, launcher=False), out
+        port = str(free_port())
+        argv = torchrun(
+            "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", port, *args
+        )
+        return argv, emu_helper_environ(self.root, name, launcher=True), out
+
+    def zero(self, name: str, nproc: int) -> Run:
+        """``_zero.py`` with ``nproc`` ranks on the emulated ``name`` (musa or emu). Every
+        combination runs on first use, at most two busy interpreters at a time."""
+        key = f"zero-{name}-{nproc}"
+        if key not in self.runs:
+            for wave in ([("musa", 1), ("emu", 1)], [("musa", 2)], [("emu", 2)]):
+                self._together({f"zero-{n}-{k}": self._zero_job(n, k) for n, k in wave})
+        return self.runs[key]
+
+    def two_nodes(self) -> Run:
+        """Two torchrun agents (``--nnodes 2``, c10d rendezvous on localhost), 2 ranks each, on an
+        emulated npu machine with 4 devices of distinct sizes; node A sees physical 0,1 and node B
+        2,3 through ``ASCEND_RT_VISIBLE_DEVICES``. One run; its records are all four ranks'."""
+        if "two-nodes" not in self.runs:
+            out = self.root / "two-nodes"
+            endpoint = f"127.0.0.1:{free_port()}"
+            jobs = {}
+            for node, mask in (("node-a", "0,1"), ("node-b", "2,3")):
+                env = emu_helper_environ(
+                    self.root, "npu", launcher=True, devices=4, memory="1GiB,2GiB,3GiB,4GiB"
+                )
+                env["ASCEND_RT_VISIBLE_DEVICES"] = mask
+                argv = torchrun(
+                    "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", endpoint, "--rdzv-id", "accelreg-two-nodes",
+                    str(HERE / "_zero.py"), "--out", str(out), "--stages",
+                )  # fmt: skip
+                jobs[node] = (argv, env, out)
+            self._together(jobs)
+            a, b = self.runs.pop("node-a"), self.runs.pop("node-b")
+            records = [json.loads(f.read_text()) for f in sorted(out.glob("rank*.json"))]  # both nodes'
+            output = f"--- node a (exit {a.returncode}) ---\n{a.output}\n--- node b (exit {b.returncode}) ---\n{b.output}"
+            self.runs["two-nodes"] = Run(
+                "two-nodes", records, a.returncode or b.returncode, max(a.wall, b.wall), output
+            )
+        return self.runs["two-nodes"]
+
+    def seed_device(self) -> Run:
+        """Seed 000 on the emulated npu device (``_seed_device.py``): the 8-bit refusal, then the
+        4-bit seed on ZeRO-2 and ZeRO-3."""
+        if "seed-npu" not in self.runs:
+            env = emu_helper_environ(self.root, "npu", launcher=False)
+            argv = [
+                str(HERE / "_seed_device.py"),
+                "--model",
+                str(self.model),
+                "--out",
+                str(self.root / "seed-npu"),
+            ]
+            self._start("seed-npu", [*argv, "--stages", "2", "3"], env=env)
+        return self.runs["seed-npu"]
 
     def accelerator(self) -> Run:
         if "accelerator" not in self.runs:

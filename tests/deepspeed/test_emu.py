@@ -10,9 +10,10 @@ Both tests run in one child ``pytest`` process started by the ``accelreg_emu`` m
   ``_has_compatible_shallow_copy_type`` counts PrivateUse1 tensors as incompatible with CPU
   ones, so ``Int8Params``/``Params4bit`` cannot be re-created), so the layers are placed on
   ``npu:1`` by hand, as bitsandbytes itself lays them out.
-* DeepSpeed picks ``npu`` (through the ``torch_npu`` stand-in) and agrees with accelreg; with a
-  backend chosen through accelreg, :func:`accelreg.integrations.deepspeed.prepare` switches it
-  before DeepSpeed first picks, and ``enable()`` after.
+* DeepSpeed gets the registry's choice: the cpu when the user disabled npu through accelreg
+  (:func:`accelreg.integrations.deepspeed.prepare`, before DeepSpeed first picks), DeepSpeed's
+  own npu class by default (``enable()``), and accelreg's registry accelerator answers from the
+  emulated ``torch.npu`` too.
 """
 
 from __future__ import annotations
@@ -178,42 +179,56 @@ def test_cpu_checkpoint_restored_onto_npu1() -> None:
     assert all("lacks" in n for n in notes), notes
 
 
-def test_deepspeed_accelerator_follows_the_registry_on_npu() -> None:
+def test_deepspeed_gets_the_registrys_accelerator_on_npu() -> None:
     import sys
 
+    import torch
     import torch_npu  # noqa: F401
 
     import accelreg
     from accelreg.integrations import deepspeed as integration
 
     assert "deepspeed" not in sys.modules
-    assert integration._predict() == "npu"
-    assert integration.accelerator_report()["agree"]
-    # the user chose the cpu through accelreg (npu disabled): DeepSpeed must follow from its first pick
+    report = integration.accelerator_report()
+    assert report["deepspeed"] == "npu" and report["implementation"] == "DeepSpeed's own npu class", report
+    assert report["collectives"] == "hccl" and report["agree"], report
+    # the user chose the cpu through accelreg (npu disabled): DeepSpeed gets it from its first pick
     accelreg.configure(disable=["npu"])
-    predicted = integration.accelerator_report()
-    assert not predicted["agree"] and predicted["action"].startswith("enable() will switch"), predicted
     integration.prepare()
     import deepspeed  # noqa: F401
     from deepspeed.accelerator import get_accelerator, real_accelerator
 
-    assert get_accelerator()._name == "cpu" and os.environ.get("DS_ACCELERATOR") == "cpu"
-    assert integration.accelerator_report()["how"] == "aligned by accelreg"
-    # undo: DeepSpeed picks by itself again (npu), agreeing with accelreg's default
-    integration._unalign()
+    assert get_accelerator()._name == "cpu" and "DS_ACCELERATOR" not in os.environ
+    assert integration.accelerator_report()["how"] == "handed over by accelreg (the registry chose cpu)"
+    # the default order again: enable() hands DeepSpeed the npu, disable() takes it back
     accelreg.reset()
-    assert "DS_ACCELERATOR" not in os.environ and real_accelerator.ds_accelerator is None
-    npu = get_accelerator()
-    assert npu._name == "npu" and npu.device_name(1) == "npu:1"
-    report = integration.accelerator_report()
-    assert report["agree"] and report["how"] == "chosen by DeepSpeed", report
-    # after import: enable() switches, disable() restores DeepSpeed's own choice
-    accelreg.configure(disable=["npu"])
     integration.enable()
     try:
-        assert get_accelerator()._name == "cpu"
-        assert "agrees" in integration.INTEGRATION.status()["note"]
+        npu = get_accelerator()
+        assert type(npu).__name__ == "NPU_Accelerator" and npu.device_name(1) == "npu:1"
+        assert npu.communication_backend_name() == accelreg.dist_backend() == "hccl"
+        assert integration.accelerator_report()["agree"]
     finally:
         integration.disable()
-    assert real_accelerator.ds_accelerator is npu and "DS_ACCELERATOR" not in os.environ
+    assert real_accelerator.ds_accelerator is None, "disable() did not restore DeepSpeed's own state"
+
+    # accelreg's registry accelerator on the same devices (the benchmark's contender)
+    acc = integration.registry_accelerator()
+    assert type(acc).__name__ == "RegistryAccelerator" and acc.backend == "npu"
+    assert (
+        acc.device_count() == 2 and acc.device_name(1) == "npu:1" and acc.device(1) == torch.device("npu:1")
+    )
+    assert acc.total_memory(1) == torch.npu.mem_get_info(1)[1]
+    assert acc.FloatTensor([1.0]).device == torch.device("npu:0")
+    acc.set_device(1)
+    try:
+        assert acc.current_device() == 1 and acc.current_device_name() == "npu:1"
+        x = torch.ones(1024, device="npu:1")
+        assert acc.memory_allocated(1) >= x.numel() * 4 and acc.on_accelerator(x)
+        event = acc.Event()
+        event.record(acc.current_stream())
+        acc.synchronize()
+    finally:
+        acc.set_device(0)
+    assert acc.visible_devices_envs() == ["ASCEND_RT_VISIBLE_DEVICES"]
     accelreg.reset()

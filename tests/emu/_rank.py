@@ -1,6 +1,8 @@
-"""One torchrun rank: resolve this rank's device, allocate on it, all-reduce over gloo, and
-report what accelreg, the emulated runtime and DeepSpeed each say: one JSON file per rank in
-$RANK_RESULTS, since two ranks printing to one pipe can interleave their lines."""
+"""One torchrun rank: resolve this rank's device, allocate on it, all-reduce a tensor on it over
+the collective backend the plugin declares (``accelreg.dist_backend()``), and report what
+accelreg, the emulated runtime and DeepSpeed (handed its accelerator by ``accelreg.install()``)
+each say: one JSON file per rank in $RANK_RESULTS, since two ranks printing to one pipe can
+interleave their lines."""
 
 from __future__ import annotations
 
@@ -12,13 +14,14 @@ import torch.distributed as dist
 
 import accelreg
 
-dist.init_process_group("gloo")
+accelreg.install()
+dist.init_process_group(accelreg.dist_backend())
 rank = dist.get_rank()
 device = accelreg.resolve()
 runtime = getattr(torch, device.type)
 x = torch.full((1024,), float(rank + 1), device=device)
-total = torch.tensor([float(x.sum().item())])
-dist.all_reduce(total)
+total = x.sum().reshape(1)
+dist.all_reduce(total)  # on the device, through the emulator's collective backend
 
 from deepspeed.accelerator import get_accelerator  # noqa: E402 - after the runtime is up
 
@@ -32,6 +35,8 @@ record = json.dumps(
         "capacity": runtime.mem_get_info(device.index)[1],
         "allocated": runtime.memory_allocated(device.index),
         "all_reduce": total.item(),
+        "all_reduce_device": str(total.device),
+        "dist_backend": dist.get_backend(),
         "deepspeed": ds._name,
         "deepspeed_device": ds.device_name(int(os.environ["LOCAL_RANK"])),
         "visible": info.visible_devices,

@@ -364,17 +364,18 @@ def check_bnb_4bit_auto_loads_quantized_onto_npu_and_matches_cpu_4bit():
     gc.collect()
 
 
-def check_bnb_8bit_auto_on_npu_fails_in_bitsandbytes_not_on_cpu():
+def check_bnb_8bit_auto_on_npu_refused_up_front_not_quantized_on_cpu():
     """8-bit: bitsandbytes' Int8Params._quantize assigns a quantized npu tensor to the data of a
-    CPU parameter (``self.data = CB``), which torch refuses for a PrivateUse1 device (its
-    set_data shallow-copy check knows only in-tree dense backends). transformers reports that as
-    a conversion error; what must never happen is a load that silently quantizes on the cpu."""
+    CPU parameter (``self.data = CB``), which torch refuses for a PrivateUse1 device without a
+    shallow-copy override (the emulator registers none). The bitsandbytes placement rule for npu
+    says so, and planning the map refuses the load with a PlacementError before bitsandbytes
+    runs (issue 13); what must never happen is a load that silently quantizes on the cpu."""
     q = BitsAndBytesConfig(load_in_8bit=True)
     try:
         model = Qwen2ForCausalLM.from_pretrained(QWEN_PATH, device_map="auto", quantization_config=q)
-    except RuntimeError as e:
+    except accelreg.PlacementError as e:
         msg = str(e)
-        assert "automatic conversion of the weights" in msg, msg
+        assert "bitsandbytes cannot quantize 8-bit weights onto npu" in msg, msg
     else:
         devices = {str(p.device) for p in model.parameters()}
         raise AssertionError(

@@ -1,5 +1,7 @@
-"""torchrun on the emulated accelerator: each rank resolves its own device, and a visible-device
-mask that skips a physical device keeps rank -> physical device right (issue 7)."""
+"""torchrun on the emulated accelerator: each rank resolves its own device and all-reduces a
+tensor on it over the backend's declared collective backend, and a visible-device mask that
+skips a physical device keeps rank -> physical device right (issue 7). The 2-node launch is in
+tests/deepspeed/test_multinode.py."""
 
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ def _check(rows: list[dict], capacities: list[int]) -> None:
         assert row["capacity"] == capacities[row["local_rank"]]
         assert row["allocated"] >= 1024 * 4
         assert row["all_reduce"] == 1024 * (1 + 2)  # both ranks took part
+        assert row["all_reduce_device"] == row["device"] and row["dist_backend"] == "hccl"
         assert row["deepspeed"] == "npu" and row["deepspeed_device"] == row["device"]
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "COLLECTIVES",
     "DEFAULT_CAPACITY",
     "DEFAULT_DEVICES",
     "NAMES",
@@ -42,6 +43,17 @@ VISIBLE_VARS: dict[str, str] = {
 
 #: Default accelreg priority, per backend name (a vendor name takes that vendor's default).
 PRIORITIES: dict[str, int] = {"emu": 5, "npu": 80, "mlu": 70, "musa": 60, "sdaa": 50, "hpu": 40}
+
+#: ``torch.distributed`` backend name of the collectives, per backend name: the emulated
+#: runtime's own (torch_npu and Habana register ``hccl``, torch_mlu ``cncl``, ...).
+COLLECTIVES: dict[str, str] = {
+    "emu": "emuccl",
+    "npu": "hccl",
+    "mlu": "cncl",
+    "musa": "mccl",
+    "sdaa": "tccl",
+    "hpu": "hccl",
+}
 
 DEFAULT_DEVICES = 2
 DEFAULT_CAPACITY = 64 << 30

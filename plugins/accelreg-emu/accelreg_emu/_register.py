@@ -8,7 +8,7 @@ import torch
 
 from . import _device
 from ._build import load_library
-from ._config import EmuConfig
+from ._config import COLLECTIVES, EmuConfig
 
 
 def _rename(name: str) -> None:
@@ -74,5 +74,9 @@ def register(cfg: EmuConfig) -> None:
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
+    if torch.distributed.is_available():
+        from ._collectives import register as register_collectives
+
+        register_collectives(COLLECTIVES[name], name)
     if cfg.device_count:
         _warm_up_autograd(name)

@@ -8,11 +8,12 @@ or imported (not even torch), and the backend reports why it is unavailable.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pluggy
 
-from ._config import PRIORITIES, VISIBLE_VARS, EmuConfigError, read_config
+from ._config import COLLECTIVES, PRIORITIES, VISIBLE_VARS, EmuConfigError, read_config
 
 try:
     from accelreg.types import Availability, BackendSpec, MemoryInfo
@@ -97,4 +98,8 @@ def accelreg_backends() -> Iterator[BackendSpec]:
         device=_hpu_device if name == "hpu" else None,
         indexed=name != "hpu",
         description=f"emulated {name} on the host (accelreg-emu)",
+        dist_backend=COLLECTIVES[name],
+        # Emulation asked for (ACCELREG_EMU_NAME set) makes the backend *present*: a refused
+        # configuration then warns (raises under a launcher) instead of giving cpu silently.
+        runtime_package="accelreg_emu" if os.environ.get("ACCELREG_EMU_NAME") else None,
     )
