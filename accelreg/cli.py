@@ -158,18 +158,13 @@ def _cmd_env(args: argparse.Namespace) -> int:
         print(f"\nintegrations: {report['integrations_scope']}")
         for item in report["integrations"]:
             state = "enabled" if item["enabled"] else "pending" if item.get("pending") else "not enabled"
-            version = item.get("version") or "not installed"
-            if item.get("version") and item.get("supported"):
-                version += f", {'in' if item.get('in_range') else 'OUTSIDE'} tested range {item['supported']}"
-            print(f"  {item['name']}: {state} ({item['library']} {version})")
-            if item.get("install"):
-                print(f"      {item['install']}")
-            note = item.get("note") or ""
-            tested = f"tested with {item.get('supported')}"
-            if note.startswith(tested):  # already said on the first line
-                note = note[len(tested) :].lstrip("; ")
-            if note:
-                print(f"      {note}")
+            print(f"  {item['name']}: {state} ({item['library']} {item.get('version') or 'not installed'})")
+            for line in (item.get("note"), item.get("install")):
+                if line and line != "not installed":
+                    print(f"      {line}")
+            for seam in item.get("seams") or ():
+                if seam.get("adapter") is None:
+                    print(f"      skipped {seam['seam']}: {seam['reason']}")
     if report["skipped"]:
         print("\nskipped plugins:")
         for item in report["skipped"]:
