@@ -974,3 +974,45 @@ def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels()
         "after": False,
         "loaded": [],
     }, out
+
+
+# -- the patch-free path and upstream's contracts -------------------------------------------
+def test_device_map_for_plans_without_patching_from_a_folder_a_config_a_type_or_a_meta_model(models):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    accelreg.register(plugin(spec("xpu", 2, priority=100)), "fakeplugin_xpu")
+    budgets = {"xpu:0": "300KB", "xpu:1": "10MB", "cpu": "1GB"}
+    config = GPT2Config(**GPT2_KW)
+    with torch.device("meta"):
+        meta = GPT2LMHeadModel(config)
+    maps = [
+        accelreg.device_map_for(given, budgets)
+        for given in (models / "gpt2", str(models / "gpt2"), config, meta)
+    ]
+    assert all(m == maps[0] for m in maps), maps
+    device_map = maps[0]
+    assert set(device_map.values()) == {"xpu:0", "xpu:1"}, device_map  # qualified, the registry's
+    assert _covered(device_map, "transformer.wte.weight") == _covered(device_map, "lm_head.weight")
+    accelreg.check_device_map(meta, device_map, budgets)
+    assert not any(_integration(n).enabled for n in NAMES)  # nothing was patched
+    assert set(accelreg.device_map_for("gpt2").values()) <= {"xpu:0", "xpu:1", "cpu"}  # a model type
+    with pytest.raises(ValueError, match="neither a transformers model type nor a directory"):
+        accelreg.device_map_for("no-such-model-type")
+
+
+def test_offload_folder_counts_as_a_disk_budget(models, installed, tmp_path):
+    """transformers' own opt-in to disk offload: without a "disk" budget, offload_folder lets
+    the planner use the disk (upstream's planner does the same)."""
+    model = _gpt2(models, device_map="auto", max_memory={"cpu": "450KB"}, offload_folder=tmp_path)
+    assert set(model.hf_device_map.values()) == {"cpu", "disk"}
+    assert any(tmp_path.iterdir())
+    assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 1000)
+    with pytest.raises(DeviceMapError):  # no offload_folder: no disk, and the model does not fit
+        _gpt2(models, device_map="auto", max_memory={"cpu": "450KB"})
+
+
+def test_hf_device_map_keeps_the_users_own_values(models, installed, tmp_path):
+    device_map = _gpt2_map(**{"transformer.h.1": "disk"})
+    device_map["transformer.h.0"] = torch.device("cpu")
+    model = _gpt2(models, device_map=device_map, offload_folder=tmp_path)
+    assert model.hf_device_map == device_map  # upstream keeps what the user wrote
