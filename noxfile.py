@@ -191,6 +191,13 @@ def survey(session: nox.Session) -> None:
 @nox.parametrize("release_set", ["newest"])
 def upstream(session: nox.Session, release_set: str) -> None:
     """accelerate's and peft's own CPU-runnable tests, stock and with ``install()``: fails on
-    any test that passes stock and fails installed (tests/upstream/compare.py)."""
+    any test that passes stock and fails installed (tools/upstream_compare.py)."""
     folder = layer(session, release_set)
-    session.run("python", "tests/upstream/compare.py", "--out", str(RESULTS / "upstream"), env=_env(folder))
+    session.run(
+        "python",
+        "tools/upstream_compare.py",
+        "--out",
+        str(RESULTS / "upstream"),
+        *session.posargs,
+        env=_env(folder),
+    )
