@@ -69,14 +69,28 @@ SETS: dict[str, dict[str, str]] = {
 #: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator).
 MATRIX_TESTS = [
     "tests/test_integrations.py",
-    "-k",
-    "not concurrent and not idempotent and not context_manager and not imported_after and not env_",
     "tests/test_import_safety.py",
     "tests/test_extras.py",
     "tests/test_placement.py",
     "tests/emu/test_integrations.py",
     "tests/deepspeed/test_seed000.py",
+    "-k",
+    # the integration subset (not the thread and env runs the default suite has), seed 002 on one
+    # emulated backend (the default suite runs three), seed 000 stock and with install()
+    "not concurrent and not idempotent and not context_manager and not imported_after and not env_ "
+    "and not mlu and not musa and not integration_only",
 ]
+
+#: Tests a set cannot run, and why (recorded in docs/compatibility.md).
+NOT_RUNNABLE: dict[str, dict[str, str]] = {
+    "oldest": {
+        "tests/deepspeed/test_seed000.py": (
+            "transformers 4.57's Trainer with DeepSpeed 0.17 and torch 2.13 fails while training, before the "
+            "seed's checkpoint load, stock and with install() alike (torch lr_scheduler: 'zip() argument 2 is "
+            "longer than argument 1')"
+        ),
+    },
+}
 
 
 def _installed(dist: str) -> str | None:

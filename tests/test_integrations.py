@@ -52,6 +52,20 @@ from accelreg.integrations import _postimport, _seams  # noqa: E402
 from ._fakes import plugin, spec  # noqa: E402
 
 NAMES = tuple(integrations.INTEGRATIONS)  # accelerate, transformers, peft, deepspeed
+
+import transformers  # noqa: E402
+
+#: transformers 4.57 (the oldest release set): device_map is normalised inline in from_pretrained
+#: (no check_and_set_device_map), expand_device_map needs no fix, and its disk offload is broken
+#: upstream here (stock device_map="auto" with an offload fails with "device disk is invalid";
+#: a map with the tied pair on disk mixes up offloaded weights): see docs/compatibility.md.
+TRANSFORMERS_4 = int(transformers.__version__.split(".")[0]) < 5
+needs_5x = pytest.mark.skipif(
+    TRANSFORMERS_4, reason="transformers 4.57 normalises device_map inline (no seam)"
+)
+needs_disk_offload = pytest.mark.skipif(
+    TRANSFORMERS_4, reason="transformers 4.57's disk offload is broken upstream in this environment"
+)
 PREFIXES = ("transformers", "accelerate", "peft", "deepspeed")
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,9 +88,11 @@ def libraries():
 
     for name in NAMES:
         for seam in _integration(name).seams:
-            importlib.import_module(seam.module)
-            for importer in seam.importers:
-                importlib.import_module(importer)
+            for module in (seam.module, *seam.importers):
+                try:  # an importer of one release may not exist in another
+                    importlib.import_module(module)
+                except ImportError:
+                    pass
     yield
     integrations.uninstall()
 
@@ -91,10 +107,13 @@ def restored():
 
 # -- snapshots ----------------------------------------------------------------------------
 def _owners(integ):
+    """``(seam, owner, attr)`` of every seam this release patches (the adapter that matches
+    says where the seam lives here; a seam with nothing to patch is left out)."""
     out = []
-    for seam in integ.seams:
-        owner, attr = _seams._owner(importlib.import_module(seam.module), seam.name)
-        out.append((seam, owner, attr))
+    for m in integ.match():
+        if m.adapter is None or m.adapter.make is None:
+            continue
+        out.append((m.seam, m.owner, (m.adapter.target or m.seam.name).rsplit(".", 1)[-1]))
     return out
 
 
@@ -191,7 +210,7 @@ class Snapshot:
 
 # -- enable / disable ---------------------------------------------------------------------
 #: At least this many holders per integration (the defining modules plus by-name importers).
-MIN_HOLDERS = {"accelerate": 15, "transformers": 9, "peft": 7, "deepspeed": 1}
+MIN_HOLDERS = {"accelerate": 12, "transformers": 5, "peft": 6, "deepspeed": 1}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -206,7 +225,9 @@ def test_enable_patches_every_holder_and_disable_restores_identical_objects(name
     recorded = {(id(i.holder), i.attr) for i in integ._installed}
     scanned = {(id(h), a) for h, a, _ in snap.holders(name)}
     assert recorded == scanned
-    assert len(recorded) >= MIN_HOLDERS[name]
+    # at least the defining holder of every seam, and by-name importers where the release has
+    # them (accelerate 1.15: 18 holders, 1.10: 13; transformers 5.24: 9, 4.57: 5)
+    assert len(recorded) >= max(len(_owners(integ)), MIN_HOLDERS[name])
     assert integ.status()["enabled"] is True
     # the other integrations were left alone
     for other in NAMES:
@@ -408,7 +429,7 @@ def test_strict_install_raises_at_the_call_and_leaves_nothing_enabled(monkeypatc
     """accelerate comes first in install()'s order and is enabled, then undone."""
     _unmatched_bnb4(monkeypatch)
     snap = Snapshot()
-    with pytest.raises(IntegrationError, match="Bnb4BitHfQuantizer.update_device_map"):
+    with pytest.raises(IntegrationError, match=r"Bnb4BitHfQuantizer\.update_device_map"):
         accelreg.install()
     assert not any(_integration(n).enabled for n in NAMES)
     assert not any(_postimport.pending(t) for _, t in integrations.INTEGRATIONS.values())
@@ -583,6 +604,7 @@ def test_cuda_device_map_on_a_cpu_machine_is_refused(models, installed):
         _gpt2(models, device_map="cuda")
 
 
+@needs_5x
 def test_cuda_is_refused_not_remapped_when_another_backend_is_current(installed, monkeypatch):
     """Two scripted hpu devices are current: ``"cuda"`` is an error naming them (the user
     asked for a backend that is not here); ints and LOCAL_RANK resolve on hpu."""
@@ -610,7 +632,8 @@ def test_cpu_device_map_loads(models, installed, monkeypatch):
         accelreg.resolution, "resolve", lambda spec=None, **kw: asked.append(spec) or resolve(spec, **kw)
     )
     model = _gpt2(models, device_map="cpu")
-    assert "cpu" in asked  # resolved through the registry by the replaced check_and_set_device_map
+    # resolved through the registry (5.x: check_and_set_device_map; 4.57: _get_device_map)
+    assert "cpu" in [str(a) for a in asked]
     assert _seams.original(mu.check_and_set_device_map) is not mu.check_and_set_device_map
     assert {p.device.type for p in model.parameters()} == {"cpu"}
     assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 1000)
@@ -625,6 +648,7 @@ def _covered(device_map, name):
         name = name.rpartition(".")[0]
 
 
+@needs_disk_offload
 def test_auto_is_planned_by_accelreg_and_keeps_tied_weights_together(
     models, installed, monkeypatch, tmp_path
 ):
@@ -690,6 +714,7 @@ def test_a_valid_user_map_loads(models, installed, monkeypatch):
     assert {p.device.type for p in model.parameters()} == {"cpu"}
 
 
+@needs_5x
 def test_expand_device_map_matches_the_longest_dotted_prefix(installed):
     import transformers.modeling_utils as mu
 
@@ -735,7 +760,7 @@ def test_bitsandbytes_load_on_cpu_attaches_placement_hooks(models, installed, mo
 
     from accelreg import placement
 
-    monkeypatch.setattr(bitsandbytes.nn.modules, "has_avx512bf16", lambda: False)
+    monkeypatch.setattr(bitsandbytes.nn.modules, "has_avx512bf16", lambda: False, raising=False)
     if bits == 8:
         config, cls = BitsAndBytesConfig(load_in_8bit=True), bitsandbytes.nn.Linear8bitLt
     else:
@@ -1000,6 +1025,7 @@ def test_device_map_for_plans_without_patching_from_a_folder_a_config_a_type_or_
         accelreg.device_map_for("no-such-model-type")
 
 
+@needs_disk_offload
 def test_offload_folder_counts_as_a_disk_budget(models, installed, tmp_path):
     """transformers' own opt-in to disk offload: without a "disk" budget, offload_folder lets
     the planner use the disk (upstream's planner does the same)."""

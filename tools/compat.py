@@ -63,6 +63,11 @@ def _junit(path: str | None) -> dict[str, object]:
     return {**totals, "failed": failed, "seconds": round(sum(float(s.get("time", 0)) for s in suites), 1)}
 
 
+def _not_runnable(junit: str | None) -> dict[str, str]:
+    path = Path(junit).with_suffix(".skipped.json") if junit else None
+    return json.loads(path.read_text()) if path is not None and path.exists() else {}
+
+
 def record(args: argparse.Namespace) -> None:
     import accelreg.integrations as integrations
 
@@ -80,6 +85,7 @@ def record(args: argparse.Namespace) -> None:
         "versions": {d: _version(d) for d in (*LIBRARIES.values(), *OTHERS)},
         "seams": seams,
         "tests": _junit(args.junit),
+        "not_runnable": _not_runnable(args.junit),
         "command": args.command,
     }
     RECORDS.mkdir(parents=True, exist_ok=True)
@@ -174,6 +180,8 @@ def table(_: argparse.Namespace) -> None:
             for seam in seams:
                 short = str(seam["seam"]).split(".", 1)[1] if "." in str(seam["seam"]) else seam["seam"]
                 lines.append(f"| {name} | {v.get(LIBRARIES[name])} | `{short}` | {_cell(seam)} |")
+        for path, why in (rec.get("not_runnable") or {}).items():
+            lines += ["", f"Not run here: `{path}`: {why}."]
         if tests.get("failed"):
             lines += ["", "Failed: " + ", ".join(f"`{t}`" for t in tests["failed"])]
         if rec.get("command"):

@@ -191,7 +191,8 @@ def check_canary_without_accelreg_transformers_get_max_memory_asks_cuda():
         CHANGED + 'device_map="auto" with stock transformers/accelerate no longer calls any torch.cuda '
         "function on a non-CUDA accelerator; accelreg's transformers get_max_memory seam may be unneeded now"
     )
-    assert ("torch.cuda.is_available", "transformers.integrations.accelerate.get_max_memory") in asked, (
+    # 5.x: the get_max_memory ladder; 4.57: the reserved-memory loop of modeling_utils._get_device_map
+    assert any(where.startswith("transformers.") for _, where in asked), (
         CHANGED + f"the path that asks torch.cuda moved: {asked}"
     )
     del model
@@ -305,6 +306,7 @@ import bitsandbytes.nn.modules
 from transformers import BitsAndBytesConfig
 
 bitsandbytes.nn.modules.has_avx512bf16 = lambda: False   # the same 4-bit kernels everywhere
+BNB_BEFORE_050 = tuple(int(x) for x in bitsandbytes.__version__.split(".")[:2]) < (0, 50)
 MIB = 1 << 20
 
 
@@ -389,6 +391,8 @@ QWEN_IDS = torch.randint(0, 1000, (2, 8))
 def check_bnb_4bit_auto_loads_quantized_onto_npu_and_matches_cpu_4bit():
     """bitsandbytes 0.50 lists npu among its devices and its default (torch) 4-bit kernels run
     on the emulator: the quantized layers land on npu devices, never silently on the cpu."""
+    if BNB_BEFORE_050:
+        return  # these kernels arrived in 0.50; docs/compatibility.md records the older sets
     assert "npu" in bitsandbytes.supported_torch_devices
     q = BitsAndBytesConfig(load_in_4bit=True)
     model = Qwen2ForCausalLM.from_pretrained(QWEN_PATH, device_map="auto", quantization_config=q)
@@ -409,6 +413,8 @@ def check_bnb_4bit_auto_loads_quantized_onto_npu_and_matches_cpu_4bit():
 
 
 def check_bnb_8bit_auto_on_npu_fails_in_bitsandbytes_not_on_cpu():
+    if BNB_BEFORE_050:
+        return  # pins bitsandbytes 0.50's behaviour; docs/compatibility.md records the older sets
     """8-bit: bitsandbytes' Int8Params._quantize assigns a quantized npu tensor to the data of a
     CPU parameter (``self.data = CB``), which torch refuses for a PrivateUse1 device (its
     set_data shallow-copy check knows only in-tree dense backends). transformers reports that as
