@@ -60,7 +60,20 @@ def _junit(path: str | None) -> dict[str, object]:
         if case.find("failure") is not None or case.find("error") is not None
     ]
     totals["passed"] = totals["tests"] - totals["failures"] - totals["errors"] - totals["skipped"]
-    return {**totals, "failed": failed, "seconds": round(sum(float(s.get("time", 0)) for s in suites), 1)}
+    skips = sorted(
+        {
+            (case.find("skipped").get("message") or "").removeprefix("Skipped: ")  # type: ignore[union-attr]
+            for s in suites
+            for case in s.iter("testcase")
+            if case.find("skipped") is not None
+        }
+    )
+    return {
+        **totals,
+        "failed": failed,
+        "skip_reasons": skips,
+        "seconds": round(sum(float(s.get("time", 0)) for s in suites), 1),
+    }
 
 
 def _not_runnable(junit: str | None) -> dict[str, str]:
@@ -86,6 +99,7 @@ def record(args: argparse.Namespace) -> None:
         "seams": seams,
         "tests": _junit(args.junit),
         "not_runnable": _not_runnable(args.junit),
+        "env": {k: os.environ[k] for k in ("USE_HUB_KERNELS",) if k in os.environ},
         "command": args.command,
     }
     RECORDS.mkdir(parents=True, exist_ok=True)
@@ -138,7 +152,7 @@ def _cell(seam: dict[str, object]) -> str:
 def table(_: argparse.Namespace) -> None:
     sets = []
     for path in sorted(RECORDS.glob("*.json")):
-        if path.name != "survey.json":
+        if path.name not in ("survey.json", "upstream.json"):
             sets.append(json.loads(path.read_text()))
     order = {"oldest": 0, "middle": 1, "dev": 2, "newest": 3}
     sets.sort(key=lambda r: order.get(r["set"], 9))
@@ -180,12 +194,38 @@ def table(_: argparse.Namespace) -> None:
             for seam in seams:
                 short = str(seam["seam"]).split(".", 1)[1] if "." in str(seam["seam"]) else seam["seam"]
                 lines.append(f"| {name} | {v.get(LIBRARIES[name])} | `{short}` | {_cell(seam)} |")
+        for why in tests.get("skip_reasons") or ():
+            lines += ["", f"Skipped here: {why}."]
+        for key, value in (rec.get("env") or {}).items():
+            lines += ["", f"Run with `{key}={value}` (see noxfile.py `SET_ENV`)."]
         for path, why in (rec.get("not_runnable") or {}).items():
             lines += ["", f"Not run here: `{path}`: {why}."]
         if tests.get("failed"):
             lines += ["", "Failed: " + ", ".join(f"`{t}`" for t in tests["failed"])]
         if rec.get("command"):
             lines += ["", f"Command: `{rec['command']}`"]
+        lines.append("")
+    upstream_path = RECORDS / "upstream.json"
+    if upstream_path.exists():
+        data = json.loads(upstream_path.read_text())
+        lines += [
+            "## Upstream's own tests, stock and with `install()` (`nox -s upstream`)",
+            "",
+            "Each library's tests from its sdist, run twice in fresh pytest processes (stock, and with a",
+            "plugin that calls `accelreg.install()` first); test ids and outcomes compared",
+            "(`tools/upstream_compare.py`).",
+            "",
+            "| library | files | run on | stock passed/failed/skipped | with `install()` | passes stock, fails installed | fails stock, passes installed | date |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for dist, item in data["suites"].items():
+            st, ins = item["stock"], item["installed"]
+            lines.append(
+                f"| {dist} {item['version']} | {', '.join(item['files'])} | "
+                f"{'emulated ' + item['emulated'] + ' x2' if item.get('emulated') else 'cpu'} | "
+                f"{st['passed']}/{st['failed']}/{st['skipped']} | {ins['passed']}/{ins['failed']}/{ins['skipped']} | "
+                f"{len(item['passes_stock_fails_installed'])} | {len(item['fails_stock_passes_installed'])} | {item.get('date', '')} |"
+            )
         lines.append("")
     survey_path = RECORDS / "survey.json"
     if survey_path.exists():
