@@ -166,7 +166,9 @@ class CudaRecorder:
         self._saved.clear()
 
     def names(self):
-        return sorted(set(self.calls))
+        # transformers 5.0-5.3's generate() asks whether a CUDA graph is being captured; that
+        # query selects no device (False without CUDA) and is not a ladder accelreg replaces
+        return sorted({c for c in self.calls if c[0] != "torch.cuda.is_current_stream_capturing"})
 
 
 def load_and_generate(device_map):
