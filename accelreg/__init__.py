@@ -46,6 +46,7 @@ __all__ = [
     "configure",
     "current_backend",
     "device_count",
+    "device_map_for",
     "dist_backend",
     "failures",
     "hookimpl",
@@ -171,6 +172,10 @@ def __getattr__(name: str) -> Any:
         from . import planner
 
         return getattr(planner, name)
+    if name == "device_map_for":
+        from .meta import device_map_for
+
+        return device_map_for
     if name == "placement_rule":
         from .placement import placement_rule
 

@@ -250,18 +250,13 @@ def _cmd_env(args: argparse.Namespace) -> int:
         say(f"integrations: {report['integrations_scope']}")
         for item in report["integrations"]:
             state = "enabled" if item["enabled"] else "pending" if item.get("pending") else "not enabled"
-            version = item.get("version") or "not installed"
-            if item.get("version") and item.get("supported"):
-                version += f", {'in' if item.get('in_range') else 'OUTSIDE'} tested range {item['supported']}"
-            say(f"  {item['name']}: {state} ({item['library']} {version})")
-            if item.get("install"):
-                say(f"      {item['install']}")
-            note = item.get("note") or ""
-            tested = f"tested with {item.get('supported')}"
-            if note.startswith(tested):  # already said on the first line
-                note = note[len(tested) :].lstrip("; ")
-            if note:
-                say(f"      {note}")
+            say(f"  {item['name']}: {state} ({item['library']} {item.get('version') or 'not installed'})")
+            for line in (item.get("note"), item.get("install")):
+                if line and line != "not installed":
+                    say(f"      {line}")
+            for seam in item.get("seams") or ():
+                if seam.get("adapter") is None:
+                    say(f"      skipped {seam['seam']}: {seam['reason']}")
             if item.get("accelerator"):  # DeepSpeed: whose accelerator it runs on
                 say(f"      {item['accelerator']['summary']}")
     if report["skipped"]:

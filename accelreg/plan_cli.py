@@ -11,8 +11,6 @@ module (see docs/planner.md). Exit codes are those of :mod:`accelreg.cli`.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import difflib
 import json
 import sys
 import time
@@ -20,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DeviceError, DeviceMapError
+from .meta import build_meta_model
 
 __all__ = ["add_plan_parser", "build_meta_model", "parse_max_memory"]
 
@@ -50,52 +49,6 @@ def parse_max_memory(text: str) -> dict[Any, str]:
     if not out:
         raise UsageError("--max-memory is empty; give DEVICE=SIZE[,DEVICE=SIZE...]")
     return out
-
-
-@contextlib.contextmanager
-def _quiet_transformers():
-    import transformers
-
-    previous = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        transformers.logging.set_verbosity(previous)
-
-
-def build_meta_model(spec: str) -> tuple[Any, str]:
-    """``(model on meta, what was built)`` for a model type or a local config directory."""
-    import torch
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    with _quiet_transformers():
-        path = Path(spec)
-        if path.is_dir():
-            if not (path / "config.json").is_file():
-                raise UsageError(f"{spec!r} is a directory without a config.json")
-            config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
-            source = f"{spec} ({config.model_type})"
-        else:
-            if spec not in CONFIG_MAPPING:
-                close = difflib.get_close_matches(spec, list(CONFIG_MAPPING.keys()), n=5)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
-                raise UsageError(
-                    f"{spec!r} is neither a transformers model type nor a directory with a config.json{hint}"
-                )
-            config = AutoConfig.for_model(spec)
-            source = f"{spec} (default config)"
-        errors = []
-        for auto in (AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModel):
-            try:
-                with torch.device("meta"):
-                    model = auto.from_config(config)
-            except ValueError as exc:  # this auto class has no mapping for the config
-                errors.append(f"{auto.__name__}: {exc}")
-                continue
-            return model, f"{source} as {type(model).__name__}"
-    raise UsageError(f"transformers cannot build {spec!r}: " + "; ".join(e[:200] for e in errors))
 
 
 def add_plan_parser(subparsers: Any) -> None:

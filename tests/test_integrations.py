@@ -52,6 +52,23 @@ from accelreg.integrations import _postimport, _seams  # noqa: E402
 from ._fakes import plugin, spec  # noqa: E402
 
 NAMES = tuple(integrations.INTEGRATIONS)  # accelerate, transformers, peft, deepspeed
+
+import transformers  # noqa: E402
+
+#: transformers 4.57 (the oldest release set): device_map is normalised inline in from_pretrained
+#: (no check_and_set_device_map), expand_device_map needs no fix, and its disk offload is broken
+#: upstream here (stock device_map="auto" with an offload fails with "device disk is invalid";
+#: a map with the tied pair on disk mixes up offloaded weights): see docs/compatibility.md.
+TRANSFORMERS_4 = int(transformers.__version__.split(".")[0]) < 5
+needs_5x = pytest.mark.skipif(
+    TRANSFORMERS_4, reason="transformers 4.57 normalises device_map inline (no seam)"
+)
+_TF = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+needs_disk_offload = pytest.mark.skipif(
+    _TF < (5, 4),
+    reason=f"transformers {transformers.__version__} loads a tied pair offloaded to disk into the wrong "
+    "modules (seen on 4.57.6 stock with the same map, and on 5.3.0); docs/compatibility.md",
+)
 PREFIXES = ("transformers", "accelerate", "peft", "deepspeed")
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,9 +91,11 @@ def libraries():
 
     for name in NAMES:
         for seam in _integration(name).seams:
-            importlib.import_module(seam.module)
-            for importer in seam.importers:
-                importlib.import_module(importer)
+            for module in (seam.module, *seam.importers):
+                try:  # an importer of one release may not exist in another
+                    importlib.import_module(module)
+                except ImportError:
+                    pass
     yield
     integrations.uninstall()
 
@@ -91,10 +110,13 @@ def restored():
 
 # -- snapshots ----------------------------------------------------------------------------
 def _owners(integ):
+    """``(seam, owner, attr)`` of every seam this release patches (the adapter that matches
+    says where the seam lives here; a seam with nothing to patch is left out)."""
     out = []
-    for seam in integ.seams:
-        owner, attr = _seams._owner(importlib.import_module(seam.module), seam.name)
-        out.append((seam, owner, attr))
+    for m in integ.match():
+        if m.adapter is None or m.adapter.make is None:
+            continue
+        out.append((m.seam, m.owner, (m.adapter.target or m.seam.name).rsplit(".", 1)[-1]))
     return out
 
 
@@ -191,7 +213,7 @@ class Snapshot:
 
 # -- enable / disable ---------------------------------------------------------------------
 #: At least this many holders per integration (the defining modules plus by-name importers).
-MIN_HOLDERS = {"accelerate": 15, "transformers": 9, "peft": 7, "deepspeed": 1}
+MIN_HOLDERS = {"accelerate": 12, "transformers": 5, "peft": 6, "deepspeed": 1}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -206,7 +228,9 @@ def test_enable_patches_every_holder_and_disable_restores_identical_objects(name
     recorded = {(id(i.holder), i.attr) for i in integ._installed}
     scanned = {(id(h), a) for h, a, _ in snap.holders(name)}
     assert recorded == scanned
-    assert len(recorded) >= MIN_HOLDERS[name]
+    # at least the defining holder of every seam, and by-name importers where the release has
+    # them (accelerate 1.15: 18 holders, 1.10: 13; transformers 5.24: 9, 4.57: 5)
+    assert len(recorded) >= max(len(_owners(integ)), MIN_HOLDERS[name])
     assert integ.status()["enabled"] is True
     # the other integrations were left alone
     for other in NAMES:
@@ -302,7 +326,7 @@ def test_a_module_imported_after_enable_is_restored_too(name, late_module, sourc
         del sys.modules[late_module]
 
 
-# -- refusals -----------------------------------------------------------------------------
+# -- the seam is the guard, not the version ------------------------------------------------
 def _fake_version(monkeypatch, distribution, version):
     real = metadata.version
 
@@ -312,97 +336,165 @@ def _fake_version(monkeypatch, distribution, version):
     monkeypatch.setattr(metadata, "version", version_of)
 
 
-UNTESTED = {"accelerate": "1.16.0", "transformers": "5.25.0", "peft": "0.22.0", "deepspeed": "0.20.0"}
+UNTESTED = {"accelerate": "1.17.0", "transformers": "5.26.0", "peft": "0.22.0", "deepspeed": "0.20.0"}
+
+
+@pytest.fixture
+def strict():
+    accelreg.configure(strict=True)
+    yield
+    accelreg.reset()
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_untested_version_is_refused_and_nothing_is_patched(monkeypatch, name):
+def test_an_untested_release_whose_seams_all_match_is_enabled_with_a_note(monkeypatch, recwarn, name):
     integ = _integration(name)
     _fake_version(monkeypatch, integ.distribution, UNTESTED[name])
     snap = Snapshot()
-    with pytest.raises(IntegrationError) as info:
-        _module(name).enable()
-    message = str(info.value)
-    assert f"{integ.distribution} {UNTESTED[name]}" in message
-    assert integ.supported in message and "outside the tested range" in message
-    assert not integ.enabled
-    assert snap.diff() == []
+    _module(name).enable()
+    assert integ.enabled and snap.state(name) == "patched"
     status = integ.status()
     assert status["version"] == UNTESTED[name] and status["in_range"] is False
+    assert status["all_match"] is True and status["skipped"] == []
+    assert f"{integ.distribution} {UNTESTED[name]}: not in the tested list; all seams match" in status["note"]
+    assert not [w for w in recwarn if issubclass(w.category, integrations.IntegrationWarning)]
+    _module(name).disable()
+    assert snap.diff() == []
 
 
-def test_unparsable_version_is_an_untested_one(monkeypatch):
+def test_an_unparsable_version_is_only_an_untested_one(monkeypatch):
     _fake_version(monkeypatch, "peft", "not-a-version")
-    with pytest.raises(IntegrationError, match="peft not-a-version is outside the tested range"):
-        _module("peft").enable()
+    _module("peft").enable()
+    assert _integration("peft").status()["note"].startswith("peft not-a-version: not in the tested list")
 
 
-def test_install_on_an_untested_version_leaves_nothing_enabled(monkeypatch):
-    """transformers comes second in install()'s order: accelerate, enabled first, is undone."""
-    _fake_version(monkeypatch, "transformers", UNTESTED["transformers"])
+def test_install_on_untested_releases_enables_every_integration(monkeypatch):
+    for name in ("transformers", "accelerate"):
+        _fake_version(monkeypatch, _integration(name).distribution, UNTESTED[name])
+    assert accelreg.install() == list(NAMES)
+    assert all(_integration(n).enabled for n in NAMES)
+
+
+def _unmatched_bnb4(monkeypatch):
+    """transformers with a Bnb4BitHfQuantizer.update_device_map of a shape no adapter knows."""
+    integ = _integration("transformers")
+    seams = list(integ.seams)
+    index = next(i for i, s in enumerate(seams) if s.name == "Bnb4BitHfQuantizer.update_device_map")
+    assert 0 < index < len(seams) - 1  # seams before and after it still match
+    seams[index] = replace(
+        seams[index], adapters=tuple(replace(a, shapes=("0" * 16,)) for a in seams[index].adapters)
+    )
+    monkeypatch.setattr(integ, "seams", seams)
+    return integ
+
+
+def test_a_seam_matching_no_adapter_is_skipped_alone_with_one_warning(monkeypatch):
+    integ = _unmatched_bnb4(monkeypatch)
+    import transformers.modeling_utils as mu
+    from transformers.quantizers.quantizer_bnb_4bit import Bnb4BitHfQuantizer
+    from transformers.quantizers.quantizer_bnb_8bit import Bnb8BitHfQuantizer
+
+    stock4 = inspect.getattr_static(Bnb4BitHfQuantizer, "update_device_map")
     snap = Snapshot()
-    with pytest.raises(IntegrationError, match=re.escape("transformers 5.25.0 is outside the tested range")):
+    with pytest.warns(integrations.IntegrationWarning) as caught:
+        integ.enable()
+    (warning,) = [w for w in caught if issubclass(w.category, integrations.IntegrationWarning)]
+    message = str(warning.message)
+    assert "Bnb4BitHfQuantizer.update_device_map skipped" in message and "0000000000000000" in message
+    assert "lost: default device of a 4-bit load from the registry" in message
+    assert "accelreg.device_map_for" in message  # the patch-free alternative
+    assert integ.enabled
+    assert inspect.getattr_static(Bnb4BitHfQuantizer, "update_device_map") is stock4  # skipped alone
+    assert _seams.original(inspect.getattr_static(Bnb8BitHfQuantizer, "update_device_map")) is not None
+    assert _seams.original(mu._get_device_map) is not mu._get_device_map  # the rest is on
+    status = integ.status()
+    assert status["skipped"] == [
+        "transformers.quantizers.quantizer_bnb_4bit.Bnb4BitHfQuantizer.update_device_map"
+    ]
+    assert "1 of 7 seams match no adapter" in status["note"]
+    integ.disable()
+    assert snap.diff() == []
+
+
+def test_strict_mode_raises_at_enable_and_patches_nothing(monkeypatch, strict):
+    integ = _unmatched_bnb4(monkeypatch)
+    snap = Snapshot()
+    with pytest.raises(
+        IntegrationError, match=r"match no adapter \(strict mode: nothing was patched\)"
+    ) as info:
+        integ.enable()
+    assert "Bnb4BitHfQuantizer.update_device_map has shape" in str(info.value)
+    assert not integ.enabled
+    assert snap.diff() == []
+
+
+def test_strict_install_raises_at_the_call_and_leaves_nothing_enabled(monkeypatch, strict):
+    """accelerate comes first in install()'s order and is enabled, then undone."""
+    _unmatched_bnb4(monkeypatch)
+    snap = Snapshot()
+    with pytest.raises(IntegrationError, match=r"Bnb4BitHfQuantizer\.update_device_map"):
         accelreg.install()
     assert not any(_integration(n).enabled for n in NAMES)
     assert not any(_postimport.pending(t) for _, t in integrations.INTEGRATIONS.values())
     assert snap.diff() == []
 
 
-def test_fingerprint_mismatch_is_refused_before_anything_is_patched(monkeypatch):
-    integ = _integration("transformers")
-    seams = list(integ.seams)
-    index = next(i for i, s in enumerate(seams) if s.name == "Bnb4BitHfQuantizer.update_device_map")
-    assert index > 0 and all(s.fingerprint for s in seams[:index])  # earlier seams would pass
-    seams[index] = replace(seams[index], fingerprint="0" * 16)
-    monkeypatch.setattr(integ, "seams", seams)
-    snap = Snapshot()
-    with pytest.raises(IntegrationError) as info:
-        integ.enable()
-    message = str(info.value)
-    assert "Bnb4BitHfQuantizer.update_device_map differs from the one accelreg was tested with" in message
-    assert "tested 0000000000000000" in message and "transformers 5.24" in message
-    assert not integ.enabled
-    assert snap.diff() == []
-
-
-def test_a_changed_private_function_is_refused(monkeypatch):
+def test_a_changed_private_function_is_skipped(monkeypatch):
     import peft.utils.other
 
-    def infer_device():  # same name and signature, different source
+    def infer_device():  # same name and signature, different code
         return "cuda"
 
     monkeypatch.setattr(peft.utils.other, "infer_device", infer_device)
-    snap = Snapshot()
-    with pytest.raises(
-        IntegrationError, match=r"peft\.utils\.other\.infer_device differs .* \(source [0-9a-f]{16}"
+    with pytest.warns(
+        integrations.IntegrationWarning, match=r"peft\.utils\.other\.infer_device skipped .*has shape"
     ):
         _module("peft").enable()
     assert peft.utils.other.infer_device is infer_device
-    assert snap.diff() == []
 
 
-def test_a_changed_signature_is_refused(monkeypatch):
+def test_a_reformatted_private_function_still_matches():
+    """The shape ignores docstrings and annotations: only a change of code is a new shape."""
+    import ast
+
+    sources = {
+        "annotated": 'def f(device_map: dict | None, n: int = 1) -> dict:\n    """One."""\n    return {"": device_map}\n',
+        "plain": 'def f(device_map, n=1):\n    return {"": device_map}\n',
+        "changed": 'def f(device_map, n=2):\n    return {"": device_map}\n',
+    }
+    shapes = {k: _seams.shape(ast.parse(v).body[0]) for k, v in sources.items()}
+    assert shapes["annotated"] == shapes["plain"] != shapes["changed"]
+
+
+def test_a_changed_signature_is_skipped(monkeypatch):
     import accelerate.utils.memory
 
     def clear_device_cache():
         pass
 
     monkeypatch.setattr(accelerate.utils.memory, "clear_device_cache", clear_device_cache)
-    snap = Snapshot()
-    with pytest.raises(
-        IntegrationError, match=r"clear_device_cache changed .*\['garbage_collection'\] are gone"
-    ):
+    with pytest.warns(integrations.IntegrationWarning, match=r"lacks parameters \['garbage_collection'\]"):
         _module("accelerate").enable()
-    assert snap.diff() == []
+    assert accelerate.utils.memory.clear_device_cache is clear_device_cache
+    assert _integration("accelerate").enabled
 
 
-def test_a_seam_that_vanished_is_refused(monkeypatch):
+def test_a_seam_that_vanished_is_skipped(monkeypatch, recwarn):
     import accelerate.big_modeling
 
     monkeypatch.delattr(accelerate.big_modeling, "dispatch_model")
-    with pytest.raises(IntegrationError, match=r"accelerate\.big_modeling\.dispatch_model no longer exists"):
-        _module("accelerate").enable()
-    assert not _integration("accelerate").enabled
+    _module("accelerate").enable()
+    assert _integration("accelerate").status()["skipped"] == ["accelerate.big_modeling.dispatch_model"]
+    (w,) = [w for w in recwarn if issubclass(w.category, integrations.IntegrationWarning)]
+    assert "does not exist" in str(w.message)
+
+
+def test_the_static_survey_agrees_with_the_live_match():
+    for name in NAMES:
+        integ = _integration(name)
+        live = [(m.seam.name, m.adapter and m.adapter.name) for m in integ.match()]
+        static = [(m.seam.name, m.adapter and m.adapter.name) for m in integ.survey()]
+        assert live == static, name
 
 
 @pytest.mark.parametrize("where", ["last seam", "on_enable"])
@@ -515,6 +607,7 @@ def test_cuda_device_map_on_a_cpu_machine_is_refused(models, installed):
         _gpt2(models, device_map="cuda")
 
 
+@needs_5x
 def test_cuda_is_refused_not_remapped_when_another_backend_is_current(installed, monkeypatch):
     """Two scripted hpu devices are current: ``"cuda"`` is an error naming them (the user
     asked for a backend that is not here); ints and LOCAL_RANK resolve on hpu."""
@@ -542,8 +635,10 @@ def test_cpu_device_map_loads(models, installed, monkeypatch):
         accelreg.resolution, "resolve", lambda spec=None, **kw: asked.append(spec) or resolve(spec, **kw)
     )
     model = _gpt2(models, device_map="cpu")
-    assert "cpu" in asked  # resolved through the registry by the replaced check_and_set_device_map
-    assert _seams.original(mu.check_and_set_device_map) is not mu.check_and_set_device_map
+    # resolved through the registry (5.x: check_and_set_device_map; 4.57: _get_device_map)
+    assert "cpu" in [str(a) for a in asked]
+    seam = mu.check_and_set_device_map if not TRANSFORMERS_4 else mu._get_device_map
+    assert _seams.original(seam) is not seam
     assert {p.device.type for p in model.parameters()} == {"cpu"}
     assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 1000)
 
@@ -557,6 +652,7 @@ def _covered(device_map, name):
         name = name.rpartition(".")[0]
 
 
+@needs_disk_offload
 def test_auto_is_planned_by_accelreg_and_keeps_tied_weights_together(
     models, installed, monkeypatch, tmp_path
 ):
@@ -622,6 +718,7 @@ def test_a_valid_user_map_loads(models, installed, monkeypatch):
     assert {p.device.type for p in model.parameters()} == {"cpu"}
 
 
+@needs_5x
 def test_expand_device_map_matches_the_longest_dotted_prefix(installed):
     import transformers.modeling_utils as mu
 
@@ -667,7 +764,7 @@ def test_bitsandbytes_load_on_cpu_attaches_placement_hooks(models, installed, mo
 
     from accelreg import placement
 
-    monkeypatch.setattr(bitsandbytes.nn.modules, "has_avx512bf16", lambda: False)
+    monkeypatch.setattr(bitsandbytes.nn.modules, "has_avx512bf16", lambda: False, raising=False)
     if bits == 8:
         config, cls = BitsAndBytesConfig(load_in_8bit=True), bitsandbytes.nn.Linear8bitLt
     else:
@@ -718,7 +815,10 @@ def test_peft_infer_device_is_the_registry_device(installed, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     accelreg.reset()
     accelreg.register(plugin(spec("xpu", 2, priority=100)), "fakeplugin_xpu")
-    assert {h.infer_device() for h in holders} == {"xpu:1"}  # upstream: "xpu" (no index), cuda first
+    # peft's own form, a device type (callers compare it with tensor.device.type); upstream
+    # answers cuda first and knows no musa/sdaa/hpu. The indexed device is accelreg.resolve().
+    assert {h.infer_device() for h in holders} == {"xpu"}
+    assert str(accelreg.resolve()) == "xpu:1"
 
 
 def test_accelerate_memory_and_default_device_follow_the_registry(installed, monkeypatch):
@@ -726,8 +826,13 @@ def test_accelerate_memory_and_default_device_follow_the_registry(installed, mon
     from accelerate.state import PartialState
 
     assert set(accelerate.utils.get_max_memory()) == {"cpu"}
-    with pytest.raises(DeviceError, match="no accelerator is available"):
-        accelerate.utils.get_max_memory({0: "1GB"})
+    # a given max_memory keeps accelerate's contract: int keys as they are (planning for
+    # another machine), sorted ints first, values parsed
+    assert accelerate.utils.get_max_memory({"cpu": "1GB", 0: "1GB", 2: "2GB"}) == {
+        0: 1_000_000_000,
+        2: 2_000_000_000,
+        "cpu": 1_000_000_000,
+    }
     monkeypatch.setenv("LOCAL_RANK", "1")
     accelreg.reset()
     accelreg.register(plugin(spec("xpu", 2, priority=100)), "fakeplugin_xpu")
@@ -738,9 +843,12 @@ def test_accelerate_memory_and_default_device_follow_the_registry(installed, mon
         1: 1_000_000_000,
         "cpu": 1_000_000_000,
     }
-    with pytest.raises(DeviceError, match="cuda is not available"):
+    with pytest.raises(
+        DeviceError, match="is a cuda device, but accelerate plans for the current backend xpu"
+    ):
         accelerate.utils.get_max_memory({"cuda:0": "1GB"})
-    assert inspect.getattr_static(PartialState, "default_device").fget(None) == torch.device("xpu", 1)
+    # accelerate's form: the backend the registry chose, no index (the runtime's current one)
+    assert inspect.getattr_static(PartialState, "default_device").fget(None) == torch.device("xpu")
 
 
 # -- accelreg env -------------------------------------------------------------------------
@@ -815,12 +923,11 @@ def test_env_in_a_fresh_process_says_what_install_would_do(env_runs):
         version = metadata.version(integ.distribution)
         assert item["library"] == integ.distribution and item["version"] == version
         assert item["supported"] == integ.supported and item["in_range"] is True
+        assert item["all_match"] is True and item["skipped"] == []
         assert item["enabled"] is False and item["pending"] is False
         assert item["install"].startswith("install() would enable it")
-        assert (
-            f"{name}: not enabled ({integ.distribution} {version}, in tested range {integ.supported})"
-            in section
-        )
+        assert f"{name}: not enabled ({integ.distribution} {version})" in section
+        assert f"{integ.distribution} {version}: in the tested list; all seams match" in section
     assert "install() would enable it (when transformers.modeling_utils is imported)" in section
     assert "DeepSpeed accelerator cpu" in section and "agrees with accelreg's cpu" in section
 
@@ -839,27 +946,25 @@ def test_env_after_install_in_the_same_process(env_runs):
         assert by_name[name]["enabled"] is True and by_name[name]["install"] == "enabled in this process"
         assert "holders patched" in by_name[name]["note"]
     text = result.stdout.split("\nintegrations: ", 1)[1]
-    assert "accelerate: enabled (accelerate 1.15" in text
+    assert f"accelerate: enabled (accelerate {metadata.version('accelerate')})" in text
     if out["deepspeed_imported"]:
         assert by_name["deepspeed"]["enabled"] is True
     else:  # waiting for `import deepspeed`
         assert by_name["deepspeed"]["enabled"] is False and by_name["deepspeed"]["pending"] is True
         assert by_name["deepspeed"]["install"] == "install() was called: enabled when deepspeed is imported"
-        assert "deepspeed: pending (deepspeed 0.19.8" in text
+        assert f"deepspeed: pending (deepspeed {metadata.version('deepspeed')})" in text
 
 
-def test_env_names_an_untested_version(monkeypatch, capsys):
+def test_env_names_an_untested_release_whose_seams_all_match(monkeypatch, capsys):
     from accelreg import cli
 
     _fake_version(monkeypatch, "peft", "0.30.0")
     assert cli.main(["env", "--json"]) == 0
     item = {i["name"]: i for i in json.loads(capsys.readouterr().out)["integrations"]}["peft"]
-    assert item["version"] == "0.30.0" and item["in_range"] is False
-    assert item["install"] == (
-        "install() would raise IntegrationError (peft 0.30.0 is outside the tested range >=0.21,<0.22)"
-    )
+    assert item["version"] == "0.30.0" and item["in_range"] is False and item["all_match"] is True
+    assert item["install"] == "install() would enable it (when peft is imported)"
     assert cli.main(["env"]) == 0
-    assert "peft: not enabled (peft 0.30.0, OUTSIDE tested range >=0.21,<0.22)" in capsys.readouterr().out
+    assert "peft 0.30.0: not in the tested list; all seams match" in capsys.readouterr().out
 
 
 def test_status_tracks_this_process():
@@ -898,3 +1003,46 @@ def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels()
         "after": False,
         "loaded": [],
     }, out
+
+
+# -- the patch-free path and upstream's contracts -------------------------------------------
+def test_device_map_for_plans_without_patching_from_a_folder_a_config_a_type_or_a_meta_model(models):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    accelreg.register(plugin(spec("xpu", 2, priority=100)), "fakeplugin_xpu")
+    budgets = {"xpu:0": "300KB", "xpu:1": "10MB", "cpu": "1GB"}
+    config = GPT2Config(**GPT2_KW)
+    with torch.device("meta"):
+        meta = GPT2LMHeadModel(config)
+    maps = [
+        accelreg.device_map_for(given, budgets)
+        for given in (models / "gpt2", str(models / "gpt2"), config, meta)
+    ]
+    assert all(m == maps[0] for m in maps), maps
+    device_map = maps[0]
+    assert set(device_map.values()) == {"xpu:0", "xpu:1"}, device_map  # qualified, the registry's
+    assert _covered(device_map, "transformer.wte.weight") == _covered(device_map, "lm_head.weight")
+    accelreg.check_device_map(meta, device_map, budgets)
+    assert not any(_integration(n).enabled for n in NAMES)  # nothing was patched
+    assert set(accelreg.device_map_for("gpt2").values()) <= {"xpu:0", "xpu:1", "cpu"}  # a model type
+    with pytest.raises(ValueError, match="neither a transformers model type nor a directory"):
+        accelreg.device_map_for("no-such-model-type")
+
+
+@needs_disk_offload
+def test_offload_folder_counts_as_a_disk_budget(models, installed, tmp_path):
+    """transformers' own opt-in to disk offload: without a "disk" budget, offload_folder lets
+    the planner use the disk (upstream's planner does the same)."""
+    model = _gpt2(models, device_map="auto", max_memory={"cpu": "450KB"}, offload_folder=tmp_path)
+    assert set(model.hf_device_map.values()) == {"cpu", "disk"}
+    assert any(tmp_path.iterdir())
+    assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 1000)
+    with pytest.raises(DeviceMapError):  # no offload_folder: no disk, and the model does not fit
+        _gpt2(models, device_map="auto", max_memory={"cpu": "450KB"})
+
+
+def test_hf_device_map_keeps_the_users_own_values(models, installed, tmp_path):
+    device_map = _gpt2_map(**{"transformer.h.1": "disk"})
+    device_map["transformer.h.0"] = torch.device("cpu")
+    model = _gpt2(models, device_map=device_map, offload_folder=tmp_path)
+    assert model.hf_device_map == device_map  # upstream keeps what the user wrote

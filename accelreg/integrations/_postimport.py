@@ -3,20 +3,25 @@
 ``accelreg.install()`` must not import transformers, peft and DeepSpeed itself (seconds of
 import time a user may not need). Instead each integration is enabled the moment its library
 module finishes importing, through a finder on ``sys.meta_path`` that wraps that one module's
-loader. A callback that raises makes the import raise: an integration that cannot be enabled
-on an untested library version fails loudly where the library is imported.
+loader. Nothing a callback raises reaches the user's ``import`` statement: the module has been
+imported by then, and a failure becomes one warning (and is handed to the callback's owner
+through ``on_error``), never an exception inside somebody else's import.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import logging
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["cancel", "pending", "when_imported"]
+
+log = logging.getLogger("accelreg.integrations")
 
 _lock = threading.RLock()
 _waiting: dict[str, list[Callable[[Any], None]]] = {}
@@ -28,6 +33,12 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if fullname not in _waiting:
             return None
+        try:
+            return self._wrapped(fullname, path, target)
+        except Exception:  # noqa: BLE001 - the import system asks the other finders itself
+            return None
+
+    def _wrapped(self, fullname: str, path: Sequence[str] | None, target: Any) -> Any:
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
@@ -64,7 +75,21 @@ def _fire(name: str, module: Any) -> None:
         if not _waiting and _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
     for callback in callbacks:
-        callback(module)
+        try:
+            callback(module)
+        except Exception as exc:  # noqa: BLE001 - never raise into the user's import
+            _report(name, exc)
+
+
+def _report(name: str, exc: BaseException) -> None:
+    """A callback failed inside an import: say so without raising (even under ``-W error``)."""
+    message = (
+        f"accelreg: the hook run when {name} was imported failed and was skipped: {type(exc).__name__}: {exc}"
+    )
+    try:
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    except Exception:  # noqa: BLE001 - a warnings filter set to "error" must not break the import
+        log.warning(message)
 
 
 def when_imported(name: str, callback: Callable[[Any], None]) -> None:

@@ -1,19 +1,32 @@
-"""Patching library seams exactly and reversibly.
+"""Patching library seams exactly and reversibly, chosen by what each seam *is*.
 
 An :class:`Integration` replaces a few functions of a library (its *seams*) with versions that
-ask the registry. Enabling checks the library version against the tested range and each seam's
-signature, so a library update fails loudly at ``enable()`` instead of half-patching. Every
-module that imported a seam by name (``from accelerate.utils import get_max_memory``) holds its
-own reference, so the replacement is installed in every such holder, and ``disable()`` puts the
-identical original objects back — also in modules imported after ``enable()``.
+ask the registry. Each seam has one or more :class:`Adapter` records, one per known shape of
+the upstream function: the adapter whose shape matches — its normalised source fingerprint
+(:func:`shape`), its parameters, a behaviour probe — is the one installed. The library's
+version number is never the guard: an untested release whose seams all match is enabled (and
+``accelreg env`` says so), and a seam that matches no adapter is skipped *alone*, with one
+:class:`IntegrationWarning` naming what is lost and the patch-free alternative; in strict mode
+(``ACCELREG_STRICT`` / ``configure(strict=True)``) ``enable()`` raises instead, patching nothing.
+
+Every module that imported a seam by name (``from accelerate.utils import get_max_memory``)
+holds its own reference, so the replacement is installed in every such holder, and
+``disable()`` puts the identical original objects back — also in modules imported after
+``enable()``.
 """
 
 from __future__ import annotations
 
+import ast
+import copy
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import sys
+import textwrap
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,13 +35,50 @@ from typing import Any
 
 from ..errors import IntegrationError
 
-__all__ = ["Integration", "Seam"]
+__all__ = ["PATCH_FREE", "Adapter", "Integration", "IntegrationWarning", "Seam", "shape"]
 
 _MARK = "__accelreg_original__"
 
-
 #: Packages whose modules are scanned for by-name copies of a patched function.
 LIBRARIES = ("transformers", "accelerate", "peft", "deepspeed")
+
+#: What a user whose seam was skipped can call instead (works on every release, patches nothing).
+PATCH_FREE = (
+    "the patch-free accelreg.device_map_for(model_or_config_or_folder, max_memory) returns a fully "
+    "qualified device map to pass as from_pretrained(device_map=...) or dispatch_model(...)"
+)
+
+
+class IntegrationWarning(UserWarning):
+    """A seam of an installed library matched no adapter and was skipped (the others are on)."""
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One known shape of a seam, and the replacement for it.
+
+    Attributes:
+        name: Short label shown in ``accelreg env`` and docs/compatibility.md (``"5.x"``).
+        make: ``(original) -> replacement``; ``None`` when this shape needs no replacement
+            (upstream already does the right thing there), so nothing is patched.
+        shapes: :func:`shape` fingerprints (or raw-source :func:`fingerprint` values) of the
+            upstream function this adapter was tested with; empty accepts any source (public
+            functions, guarded by ``params`` alone).
+        params: Parameter names the original must have.
+        probe: ``(original) -> bool``, a behaviour check run at enable time (not by the static
+            survey); ``False`` means the adapter does not fit.
+        module: Where the seam lives in this shape, when not at :attr:`Seam.module`.
+        target: The attribute path checked (and patched, with ``make``) in this shape, when not
+            :attr:`Seam.name`: a release where the seam's job is done by another function.
+    """
+
+    name: str
+    make: Callable[[Any], Any] | None
+    shapes: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    probe: Callable[[Any], bool] | None = None
+    module: str = ""
+    target: str = ""
 
 
 @dataclass(frozen=True)
@@ -38,21 +88,50 @@ class Seam:
     Attributes:
         module: Module that defines it (``"accelerate.utils.modeling"``).
         name: Attribute path in that module (``"get_max_memory"`` or ``"Cls.method"``).
-        make: ``(original) -> replacement``.
-        params: Parameter names the original must have (checked at enable time).
+        make: ``(original) -> replacement`` of the single implicit adapter (when ``adapters``
+            is empty).
+        params: Parameter names of the implicit adapter.
         importers: Modules to import before scanning for holders (late by-name importers).
-        fingerprint: For a private function, the first 16 hex digits of the sha256 of its
-            source as tested; a different source fails ``enable()``.
-        why: One line for docs/integrations.md and ``accelreg env``.
+        fingerprint: Raw-source fingerprint of the implicit adapter (private functions).
+        why: One line: what the replacement does (docs, ``accelreg env``, the skip warning).
+        adapters: The known shapes, tried in order; the first that matches is installed.
     """
 
     module: str
     name: str
-    make: Callable[[Any], Any]
+    make: Callable[[Any], Any] | None = None
     params: tuple[str, ...] = ()
     importers: tuple[str, ...] = ()
     fingerprint: str = ""
     why: str = ""
+    adapters: tuple[Adapter, ...] = ()
+
+    def candidates(self) -> tuple[Adapter, ...]:
+        """The adapters to try, in order."""
+        if self.adapters:
+            return self.adapters
+        shapes = (self.fingerprint,) if self.fingerprint else ()
+        return (Adapter("default", self.make, shapes=shapes, params=self.params),)
+
+
+@dataclass(frozen=True)
+class Match:
+    """The outcome of matching one seam: the adapter chosen, or why none fits."""
+
+    seam: Seam
+    adapter: Adapter | None
+    owner: Any = None
+    original: Any = None
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for ``status()`` and ``accelreg env --json``."""
+        return {
+            "seam": f"{self.seam.module}.{self.seam.name}",
+            "adapter": self.adapter.name if self.adapter else None,
+            "patched": bool(self.adapter and self.adapter.make),
+            "reason": self.reason,
+        }
 
 
 @dataclass
@@ -69,19 +148,26 @@ class Integration:
 
     name: str
     distribution: str
-    supported: str  # a version range, e.g. ">=5.24,<5.25"
+    supported: str  # the tested list: PEP 440 sets joined by "|"; informational, never a guard
     seams: Sequence[Seam]
     scan_prefixes: tuple[str, ...] = ()
     on_enable: Callable[[], None] | None = None
     on_disable: Callable[[], None] | None = None
     _installed: list[_Installed] = field(default_factory=list)
+    _matches: list[Match] = field(default_factory=list)
+    _on: bool = False
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
     # -- state ----------------------------------------------------------------------------
     @property
     def enabled(self) -> bool:
-        """Whether the seams are installed in this process."""
-        return bool(self._installed)
+        """Whether the integration is on in this process (its matching seams installed)."""
+        return self._on
+
+    @property
+    def skipped(self) -> list[Match]:
+        """Seams that matched no adapter when the integration was enabled."""
+        return [m for m in self._matches if m.adapter is None]
 
     def version(self) -> str | None:
         """The installed version of :attr:`distribution` (``None`` when not installed)."""
@@ -91,115 +177,99 @@ class Integration:
             return None
 
     def available(self) -> bool:
-        """Whether the library is installed (its version may still be untested)."""
+        """Whether the library is installed."""
         return self.version() is not None
 
+    def tested(self, version: str | None = None) -> bool | None:
+        """Whether ``version`` (default: the installed one) is in the tested list."""
+        version = version or self.version()
+        return None if version is None else _in_range(version, self.supported)
+
     def status(self) -> dict[str, Any]:
-        """``name``, ``library``, ``version``, ``supported``, ``in_range``, ``enabled``, ``note``."""
+        """``name``, ``library``, ``version``, ``supported``, ``in_range`` (tested), ``enabled``,
+        ``seams`` (each seam's adapter, from the live functions when enabled, else from a static
+        read of the installed sources: nothing is imported), ``skipped`` and ``note``."""
         version = self.version()
-        return {
+        item: dict[str, Any] = {
             "name": self.name,
             "library": self.distribution,
             "version": version,
             "supported": self.supported,
-            "in_range": None if version is None else _in_range(version, self.supported),
+            "in_range": self.tested(version),
             "enabled": self.enabled,
-            "note": f"{len(self._installed)} holders patched"
-            if self.enabled
-            else f"tested with {self.supported}",
         }
+        if version is None:
+            item.update(seams=[], skipped=[], note="not installed")
+            return item
+        matches = list(self._matches) if self.enabled else self.survey()
+        item["seams"] = [m.as_dict() for m in matches]
+        item["skipped"] = [m.as_dict()["seam"] for m in matches if m.adapter is None]
+        item["all_match"] = not item["skipped"]
+        item["note"] = self.summary(version, matches)
+        return item
+
+    def summary(self, version: str, matches: Sequence[Match]) -> str:
+        """One line: tested or not, and whether every seam matches."""
+        missed = [m for m in matches if m.adapter is None]
+        listed = "in the tested list" if self.tested(version) else "not in the tested list"
+        seams = (
+            "all seams match"
+            if not missed
+            else f"{len(missed)} of {len(matches)} seams match no adapter and are skipped: "
+            + ", ".join(m.seam.name for m in missed)
+        )
+        holders = f"; {len(self._installed)} holders patched" if self.enabled else ""
+        return f"{self.distribution} {version}: {listed}; {seams}{holders}"
+
+    # -- matching -------------------------------------------------------------------------
+    def match(self) -> list[Match]:
+        """Import every seam's module and choose its adapter; nothing is patched."""
+        return [_match_live(self, seam) for seam in self.seams]
+
+    def survey(self, root: str | None = None) -> list[Match]:
+        """Choose each seam's adapter from the library's *source files*, importing nothing
+        (probes are not run): what ``accelreg env`` shows in a process that has not imported
+        the library, and what docs/compatibility.md lists for every release in the window."""
+        return [_match_static(seam, root) for seam in self.seams]
 
     # -- enable / disable ------------------------------------------------------------------
     def check(self) -> list[tuple[Seam, Any, Any]]:
-        """Import every seam and verify it; returns ``(seam, owner, original)`` triples."""
+        """Match every seam and raise :class:`IntegrationError` when one matches no adapter;
+        returns ``(seam, owner, original)`` of the seams a replacement is installed for."""
+        matches = self._matched(strict=True)
+        return [(m.seam, m.owner, m.original) for m in matches if m.adapter and m.adapter.make]
+
+    def _matched(self, strict: bool) -> list[Match]:
         version = self.version()
         if version is None:
             raise IntegrationError(f"{self.name}: {self.distribution} is not installed")
-        if not _in_range(version, self.supported):
+        matches = self.match()
+        missed = [m for m in matches if m.adapter is None]
+        if missed and strict:
             raise IntegrationError(
-                f"{self.name}: {self.distribution} {version} is outside the tested range {self.supported}; "
-                "accelreg patches private functions there and will not guess on an untested version "
-                "(upgrade accelreg, or pin the library)"
+                f"{self.name}: {len(missed)} seam(s) of {self.distribution} {version} match no adapter "
+                "(strict mode: nothing was patched): " + "; ".join(m.reason for m in missed)
             )
-        found = []
-        for seam in self.seams:
-            try:
-                module = importlib.import_module(seam.module)
-            except ImportError as exc:
-                raise IntegrationError(f"{self.name}: cannot import {seam.module}: {exc}") from exc
-            owner, attr = _owner(module, seam.name)
-            original = (
-                inspect.getattr_static(owner, attr, None)
-                if isinstance(owner, type)
-                else getattr(owner, attr, None)
-            )
-            if original is None:
-                raise IntegrationError(
-                    f"{self.name}: {seam.module}.{seam.name} no longer exists in {self.distribution} {version}"
-                )
-            func = getattr(original, "__func__", original)
-            if getattr(func, _MARK, None) is not None:
-                raise IntegrationError(
-                    f"{self.name}: {seam.module}.{seam.name} is already patched by accelreg"
-                )
-            if seam.params:
-                try:
-                    have = tuple(inspect.signature(func).parameters)
-                except (TypeError, ValueError) as exc:
-                    raise IntegrationError(
-                        f"{self.name}: cannot inspect {seam.module}.{seam.name}: {exc}"
-                    ) from exc
-                missing = [p for p in seam.params if p not in have]
-                if missing:
-                    raise IntegrationError(
-                        f"{self.name}: {seam.module}.{seam.name} changed in {self.distribution} {version}: "
-                        f"parameters {missing} are gone (it has {list(have)})"
-                    )
-            if seam.fingerprint:
-                digest = fingerprint(func)
-                if digest != seam.fingerprint:
-                    raise IntegrationError(
-                        f"{self.name}: the private function {seam.module}.{seam.name} differs from the one accelreg "
-                        f"was tested with (source {digest}, tested {seam.fingerprint}) in {self.distribution} {version}"
-                    )
-            found.append((seam, owner, original))
-        return found
+        return matches
 
-    def enable(self) -> None:
-        """Install every seam (idempotent); raise :class:`IntegrationError` and change nothing
-        when the library version or a seam does not match what was tested."""
+    def enable(self, *, strict: bool | None = None) -> None:
+        """Install every seam whose adapter matches (idempotent).
+
+        A seam that matches no adapter is skipped with one :class:`IntegrationWarning`; with
+        ``strict`` (default: the registry's ``strict`` setting) :class:`IntegrationError` is
+        raised instead and nothing is patched.
+        """
         with self._lock:
-            if self.enabled:
+            if self._on:
                 return
-            checked = self.check()
+            strict = _strict() if strict is None else strict
+            matches = self._matched(strict)
             installed: list[_Installed] = []
             try:
-                for seam, owner, original in checked:
-                    for name in seam.importers:
-                        # Only where the importer's package is already loaded: importing it
-                        # here would drag in a whole library (transformers, peft) the user may
-                        # never import. One imported later takes the replacement from the
-                        # patched holder, and disable() finds it by its scan.
-                        if name.partition(".")[0] not in sys.modules:
-                            continue
-                        try:
-                            importlib.import_module(name)
-                        except ImportError:
-                            pass
-                    replacement = seam.make(getattr(original, "__func__", original))
-                    target = getattr(replacement, "__func__", replacement)
-                    try:
-                        setattr(target, _MARK, original)
-                    except AttributeError:
-                        pass
-                    if isinstance(original, staticmethod):
-                        replacement = staticmethod(replacement)
-                    elif isinstance(original, classmethod):
-                        replacement = classmethod(replacement)
-                    attr = seam.name.rsplit(".", 1)[-1]
-                    for holder, holder_attr in self._holders(owner, attr, original):
-                        setattr(holder, holder_attr, replacement)
-                        installed.append(_Installed(holder, holder_attr, original, replacement))
+                for m in matches:
+                    if m.adapter is None or m.adapter.make is None:
+                        continue
+                    installed.extend(self._install(m))
                 if self.on_enable is not None:
                     self.on_enable()
             except BaseException:
@@ -207,11 +277,54 @@ class Integration:
                     setattr(item.holder, item.attr, item.original)
                 raise
             self._installed = installed
+            self._matches = matches
+            self._on = True
+        version = self.version() or "?"
+        for m in matches:
+            if m.adapter is None:
+                warnings.warn(
+                    IntegrationWarning(
+                        f"accelreg: {self.name} {version}: seam {m.seam.module}.{m.seam.name} skipped "
+                        f"({m.reason}); lost: {m.seam.why or 'its fix'}. The other seams are on. "
+                        f"Instead: {PATCH_FREE}"
+                    ),
+                    stacklevel=2,
+                )
+
+    def _install(self, m: Match) -> list[_Installed]:
+        seam, owner, original, adapter = m.seam, m.owner, m.original, m.adapter
+        assert adapter is not None and adapter.make is not None
+        for name in seam.importers:
+            # Only where the importer's package is already loaded: importing it here would
+            # drag in a whole library the user may never import. One imported later takes the
+            # replacement from the patched holder, and disable() finds it by its scan.
+            if name.partition(".")[0] not in sys.modules:
+                continue
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+        replacement = adapter.make(getattr(original, "__func__", original))
+        target = getattr(replacement, "__func__", replacement)
+        try:
+            setattr(target, _MARK, original)
+        except AttributeError:
+            pass
+        if isinstance(original, staticmethod):
+            replacement = staticmethod(replacement)
+        elif isinstance(original, classmethod):
+            replacement = classmethod(replacement)
+        attr = (adapter.target or seam.name).rsplit(".", 1)[-1]
+        out = []
+        for holder, holder_attr in self._holders(owner, attr, original):
+            setattr(holder, holder_attr, replacement)
+            out.append(_Installed(holder, holder_attr, original, replacement))
+        return out
 
     def disable(self) -> None:
         """Put back exactly what was there, in every holder (idempotent)."""
         with self._lock:
-            if not self.enabled:
+            if not self._on:
                 return
             if self.on_disable is not None:
                 self.on_disable()
@@ -225,6 +338,8 @@ class Integration:
                     if original is not None:
                         setattr(module, attr, original)
             self._installed = []
+            self._matches = []
+            self._on = False
 
     @contextmanager
     def enabled_for(self) -> Iterator[None]:
@@ -259,6 +374,155 @@ class Integration:
         return holders
 
 
+# -- matching one seam --------------------------------------------------------------------
+def _match_live(integ: Integration, seam: Seam) -> Match:
+    reasons = []
+    for adapter in seam.candidates():
+        where, name = adapter.module or seam.module, adapter.target or seam.name
+        try:
+            module = importlib.import_module(where)
+            owner, attr = _owner(module, name)
+        except (ImportError, AttributeError) as exc:
+            reasons.append(f"{adapter.name}: {where}.{name} not found ({exc})")
+            continue
+        original = (
+            inspect.getattr_static(owner, attr, None)
+            if isinstance(owner, type)
+            else getattr(owner, attr, None)
+        )
+        if original is None:
+            reasons.append(f"{adapter.name}: {where}.{name} does not exist")
+            continue
+        func = _function(original)
+        if getattr(func, _MARK, None) is not None:
+            if adapter.make is None:  # a check-only adapter reads a function another seam patched
+                func = _function(getattr(func, _MARK))
+            else:
+                reasons.append(f"{where}.{name} is already patched by accelreg")
+                break
+        problem = _fits(adapter, func, lambda f=func: (shape(f), fingerprint(f)), _params_of(func))
+        if problem is None and adapter.probe is not None:
+            try:
+                ok = bool(adapter.probe(func))
+            except Exception as exc:  # noqa: BLE001 - a probe that fails is a non-match
+                ok, problem = False, f"probe raised {type(exc).__name__}: {exc}"
+            if not ok and problem is None:
+                problem = "behaviour probe does not match"
+        if problem is None:
+            return Match(seam, adapter, owner, original)
+        reasons.append(f"{adapter.name}: {where}.{name} {problem}")
+    return Match(seam, None, reason="; ".join(reasons) or "no adapter")
+
+
+def _match_static(seam: Seam, root: str | None) -> Match:
+    reasons = []
+    for adapter in seam.candidates():
+        where, name = adapter.module or seam.module, adapter.target or seam.name
+        node = _node_in_source(where, name, root)
+        if isinstance(node, str):
+            reasons.append(f"{adapter.name}: {where}.{name} {node}")
+            continue
+        params = _params_of_node(node)
+        problem = _fits(adapter, node, lambda n=node: (shape(n), ""), params)
+        if problem is None:
+            return Match(seam, adapter, reason="static read of the source (probes not run)")
+        reasons.append(f"{adapter.name}: {where}.{name} {problem}")
+    return Match(seam, None, reason="; ".join(reasons) or "no adapter")
+
+
+def _fits(
+    adapter: Adapter, obj: Any, digests: Callable[[], tuple[str, str]], params: tuple[str, ...] | None
+) -> str | None:
+    """Why ``adapter`` does not fit the function (``None`` when it does)."""
+    if adapter.params:
+        if params is None:
+            return "has no inspectable signature"
+        missing = [p for p in adapter.params if p not in params]
+        if missing:
+            return f"lacks parameters {missing} (it has {list(params)})"
+    if adapter.shapes:
+        have = digests()
+        if not set(have) & set(adapter.shapes):
+            return f"has shape {have[0]}, not one this adapter was tested with ({', '.join(adapter.shapes)})"
+    return None
+
+
+def _function(original: Any) -> Any:
+    if isinstance(original, property):
+        return original.fget
+    return getattr(original, "__func__", original)
+
+
+def _params_of(func: Any) -> tuple[str, ...] | None:
+    try:
+        return tuple(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def _params_of_node(node: ast.AST) -> tuple[str, ...] | None:
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    a = node.args
+    names = [x.arg for x in (*a.posonlyargs, *a.args)]
+    if a.vararg:
+        names.append(a.vararg.arg)
+    names += [x.arg for x in a.kwonlyargs]
+    if a.kwarg:
+        names.append(a.kwarg.arg)
+    return tuple(names)
+
+
+def _source_file(module: str, root: str | None) -> str | None:
+    if root is not None:
+        import os
+
+        path = os.path.join(root, *module.split("."))
+        for candidate in (path + ".py", os.path.join(path, "__init__.py")):
+            if os.path.isfile(candidate):
+                return candidate
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(spec, "origin", None)
+    return origin if origin and origin.endswith(".py") else None
+
+
+_PARSED: dict[str, ast.Module] = {}
+
+
+def _node_in_source(module: str, dotted: str, root: str | None) -> ast.AST | str:
+    path = _source_file(module, root)
+    if path is None:
+        return "not found (no such module source)"
+    tree = _PARSED.get(path)
+    if tree is None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError) as exc:
+            return f"source unreadable ({exc})"
+        _PARSED[path] = tree
+    body: list[ast.stmt] = tree.body
+    node: ast.AST | None = None
+    for part in dotted.split("."):
+        node = next(
+            (
+                n
+                for n in body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part
+            ),
+            None,
+        )
+        if node is None:
+            return "does not exist"
+        body = node.body
+    assert node is not None
+    return node
+
+
 def _owner(module: Any, dotted: str) -> tuple[Any, str]:
     owner = module
     parts = dotted.split(".")
@@ -272,15 +536,51 @@ def _in_range(version: str, spec: str) -> bool:
     from packaging.version import InvalidVersion, Version
 
     try:
-        return Version(version) in SpecifierSet(spec)
+        parsed = Version(version)
     except InvalidVersion:  # an unparsable version is an untested one
         return False
+    # "~=4.57.0 | >=5.0,<5.26": the tested list as alternatives
+    return any(parsed in SpecifierSet(part.strip()) for part in spec.split("|") if part.strip())
+
+
+def _strict() -> bool:
+    from .. import registry
+
+    return bool(registry.get().settings.strict)
+
+
+def shape(func: Any) -> str:
+    """Fingerprint of what a function *is*: the sha256 prefix of its syntax tree with the
+    docstrings and type annotations left out, so a reformatted annotation or a reworded
+    docstring is the same shape and any change of code is a new one. Takes a function or
+    an ``ast`` function node (the static survey reads source files without importing)."""
+    if isinstance(func, ast.AST):
+        node = func
+    else:
+        try:
+            node = ast.parse(textwrap.dedent(inspect.getsource(func))).body[0]
+        except (OSError, TypeError, SyntaxError, IndexError):
+            return "<no source>"
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n.returns = None
+            body = n.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(getattr(body[0], "value", None), ast.Constant)
+            ):
+                if isinstance(body[0].value.value, str):
+                    n.body = body[1:] or [ast.Pass()]
+        elif isinstance(n, ast.arg):
+            n.annotation = None
+    return hashlib.sha256(ast.dump(node, include_attributes=False).encode()).hexdigest()[:16]
 
 
 def fingerprint(func: Any) -> str:
-    """sha256 prefix of a function's source, to notice a changed private function."""
-    import hashlib
-
+    """sha256 prefix of a function's exact source (the older, stricter fingerprint)."""
     try:
         source = inspect.getsource(func)
     except (OSError, TypeError):

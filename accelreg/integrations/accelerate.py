@@ -1,12 +1,15 @@
 """accelerate: memory, cache, dispatch, default device and quantize-on-move ask the registry.
 
-Seams (accelerate 1.15; every module that imported them by name is patched too):
+Seams (accelerate 1.10-1.16, all public: matched by their parameters; every module that
+imported them by name is patched too):
 
-* ``accelerate.utils.modeling.get_max_memory`` — two 7-way ``is_*_available()`` ladders. The
-  replacement reads free memory of the registry's current backend; keys keep accelerate's
-  contract (int indices of that backend, ``"cpu"``, ``"disk"``); a qualified key of the current
-  backend (``"npu:1"``) is accepted, any other device is a :class:`~accelreg.DeviceError`
-  (upstream rejects ``"npu:0"`` outright and only warns about out-of-range indices).
+* ``accelerate.utils.modeling.get_max_memory`` — two 7-way ``is_*_available()`` ladders.
+  Without ``max_memory`` the replacement reads the free memory of the registry's current
+  backend. A given ``max_memory`` keeps accelerate's contract exactly (int keys stay as they
+  are, unchecked against this machine: the caller may plan for another one); the one addition
+  is that a qualified key of the current backend (``"npu:1"``) becomes its index instead of
+  upstream's "not recognized" error, and a qualified key of another backend is a
+  :class:`~accelreg.DeviceError`.
 * ``accelerate.utils.memory.clear_device_cache`` — its own backend order (xpu first); the
   replacement empties the current backend's cache.
 * ``accelerate.big_modeling.dispatch_model`` — picks ``main_device`` as ``list(set(...))[0]``,
@@ -16,8 +19,10 @@ Seams (accelerate 1.15; every module that imported them by name is patched too):
   and bitsandbytes parameters are quantized on the way only for two hard-coded device types.
   The wrapper qualifies every device through the registry and quantizes bitsandbytes
   parameters on the way to any accelerator whose placement rules allow them there.
-* ``accelerate.state.PartialState.default_device`` — a ninth backend order; the replacement is
-  ``accelreg.resolve()`` (LOCAL_RANK-aware). Effective for states created after ``enable()``.
+* ``accelerate.state.PartialState.default_device`` — a ninth backend order; the replacement
+  answers the registry's current backend in upstream's form (``torch.device("npu")``, no
+  index; ``cpu``): which backend comes from the registry, the index stays the runtime's, as
+  upstream. Effective for states created after ``enable()``.
 """
 
 from __future__ import annotations
@@ -45,8 +50,6 @@ def _get_max_memory(original: Any) -> Any:
     @functools.wraps(original)
     def get_max_memory(max_memory: dict[Any, Any] | None = None) -> dict[Any, int]:
         from .. import registry
-        from ..errors import DeviceError
-        from ..resolution import resolve
 
         snap = registry.get()
         current = snap.current()
@@ -59,24 +62,32 @@ def _get_max_memory(original: Any) -> Any:
             host = snap.backend("cpu").memory(0)
             out["cpu"] = host.free if host is not None else 0
             return out
-        out = {}
-        for key, value in max_memory.items():
-            if key in ("cpu", "disk"):
-                out[key] = _size(value)
-                continue
-            device = resolve(key)
-            if device.type == "cpu":
-                out["cpu"] = _size(value)
-            elif device.type != current.device_type:
-                raise DeviceError(
-                    f"max_memory key {key!r} is a {device.type} device, but accelerate plans for the current "
-                    f"backend {current.name} ({', '.join(current.info().devices())})"
-                )
-            else:
-                out[device.index if device.index is not None else 0] = _size(value)
-        return dict(sorted(out.items(), key=lambda kv: (not isinstance(kv[0], int), str(kv[0]))))
+        return original(_indexed_keys(max_memory, current))
 
     return get_max_memory
+
+
+def _indexed_keys(max_memory: dict[Any, Any], current: Any) -> dict[Any, Any]:
+    """``max_memory`` with qualified keys of the current backend as indices; every other key
+    as given (accelerate checks those itself). Keys are rewritten in place, as upstream
+    rewrites the values in place."""
+    import torch
+
+    from ..errors import DeviceError
+
+    for key in list(max_memory):
+        text = str(key) if isinstance(key, torch.device) else key
+        if not isinstance(text, str) or ":" not in text:
+            continue
+        name, _, index = text.partition(":")
+        if name in (current.name, current.device_type) and index.isdecimal():
+            max_memory[int(index)] = max_memory.pop(key)
+        elif name not in ("cpu", "disk", "mps"):
+            raise DeviceError(
+                f"max_memory key {key!r} is a {name} device, but accelerate plans for the current backend "
+                f"{current.name} (int keys, or {current.name}:<index>, 'cpu', 'disk')"
+            )
+    return max_memory
 
 
 def _clear_device_cache(original: Any) -> Any:
@@ -193,17 +204,22 @@ def _move_quantized(
 
 def _default_device(original: Any) -> Any:
     def default_device(self: Any) -> Any:
-        from ..resolution import resolve
+        import torch
 
-        return resolve()
+        from .. import registry
 
-    return property(default_device, doc="The registry's device for this process (accelreg).")
+        current = registry.get().current()
+        if current.name == "cpu":
+            return torch.device("cpu")
+        return torch.device(current.device_type)  # upstream's form: the type, no index
+
+    return property(default_device, doc="The registry's current backend, in accelerate's form (accelreg).")
 
 
 INTEGRATION = Integration(
     name="accelerate",
     distribution="accelerate",
-    supported=">=1.15,<1.16",
+    supported=">=1.10,<1.17",
     seams=[
         Seam(
             _MODELING,
@@ -211,7 +227,7 @@ INTEGRATION = Integration(
             _get_max_memory,
             params=("max_memory",),
             importers=("accelerate.utils", "transformers.integrations.accelerate"),
-            why="per-device memory of the registry's current backend (no ladder)",
+            why="per-device memory of the registry's current backend (no ladder); given keys kept",
         ),
         Seam(
             "accelerate.utils.memory",
@@ -241,7 +257,8 @@ INTEGRATION = Integration(
             "accelerate.state",
             "PartialState.default_device",
             _default_device,
-            why="the registry's device for this process",
+            params=("self",),
+            why="the registry's current backend, in accelerate's form",
         ),
     ],
     scan_prefixes=LIBRARIES,
@@ -249,7 +266,10 @@ INTEGRATION = Integration(
 
 
 def enable() -> None:
-    """Enable the accelerate integration (idempotent)."""
+    """Enable the accelerate integration (idempotent); see :meth:`Integration.enable`."""
+    from . import raise_recorded
+
+    raise_recorded()
     INTEGRATION.enable()
 
 

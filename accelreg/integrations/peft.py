@@ -1,9 +1,11 @@
 """peft: adapters are staged on the registry's device.
 
-Seam: ``peft.utils.other.infer_device`` (public; imported by name into six more modules). It
-returns ``"cuda"`` first, knows no musa/sdaa/hpu, and gives a bare type without an index. The
-replacement returns the registry's device for this process (``"npu:1"`` under LOCAL_RANK=1),
-which ``load_peft_weights`` and ``PeftModel.load_adapter`` use to stage adapter tensors.
+Seam: ``peft.utils.other.infer_device`` (public; imported by name into six more modules; one
+shape in peft 0.17-0.21). It returns ``"cuda"`` first and knows no musa/sdaa/hpu. The
+replacement returns the registry's current backend in peft's own form — a device *type*
+(``"npu"``, ``"cpu"``), which peft's callers compare with ``tensor.device.type`` — and
+``load_peft_weights`` / ``PeftModel.load_adapter`` stage adapter tensors there. The indexed
+device for this process (``npu:1`` under LOCAL_RANK=1) is :func:`accelreg.resolve`.
 
 Where adapters end up needs no seam: peft already moves each adapter to the device of the
 layer it wraps (``BaseTunerLayer._move_adapter_to_device_of_base_layer``); the integration tests
@@ -17,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ._seams import Integration, Seam
+from ._seams import Adapter, Integration, Seam
 
 __all__ = ["INTEGRATION", "disable", "enable", "enabled"]
 
@@ -25,9 +27,10 @@ __all__ = ["INTEGRATION", "disable", "enable", "enabled"]
 def _infer_device(original: Any) -> Any:
     @functools.wraps(original)
     def infer_device() -> str:
-        from ..resolution import resolve
+        from .. import registry
 
-        return str(resolve())
+        current = registry.get().current()
+        return "cpu" if current.name == "cpu" else current.device_type
 
     return infer_device
 
@@ -35,7 +38,7 @@ def _infer_device(original: Any) -> Any:
 INTEGRATION = Integration(
     name="peft",
     distribution="peft",
-    supported=">=0.21,<0.22",
+    supported=">=0.17,<0.22",
     seams=[
         Seam(
             "peft.utils.other",
@@ -49,8 +52,8 @@ INTEGRATION = Integration(
                 "peft.optimizers.lorafa",
                 "peft.tuners.lora.monteclora",
             ),
-            fingerprint="01773a49a4ebf0f7",
-            why="stage adapter weights on the registry's device (not cuda-first)",
+            why="stage adapter weights on the registry's backend (not cuda-first)",
+            adapters=(Adapter("0.17-0.21", _infer_device, shapes=("1a138aaf7722ef16",)),),
         )
     ],
     scan_prefixes=("peft", "transformers"),
@@ -58,7 +61,10 @@ INTEGRATION = Integration(
 
 
 def enable() -> None:
-    """Enable the peft integration (idempotent)."""
+    """Enable the peft integration (idempotent); see :meth:`Integration.enable`."""
+    from . import raise_recorded
+
+    raise_recorded()
     INTEGRATION.enable()
 
 

@@ -1,6 +1,7 @@
 """transformers: ``from_pretrained(device_map=...)`` asks the registry.
 
-Seams (transformers 5.24; private functions are fingerprinted, see docs/integrations.md):
+Seams, each with one adapter per known shape (transformers 4.57 and 5.0-5.25; private
+functions are matched by :func:`~accelreg.integrations._seams.shape`, see docs/compatibility.md):
 
 * ``integrations.accelerate.check_and_set_device_map`` — normalises ``device_map``. Upstream
   turns only the exact string ``"cuda"`` into ``cuda:LOCAL_RANK``, keeps ints and dict values
@@ -26,17 +27,31 @@ Seams (transformers 5.24; private functions are fingerprinted, see docs/integrat
 * ``quantizers.base.HfQuantizer.postprocess_model`` — after loading, the placement rules are
   attached to the model, so any later ``load_state_dict`` (DeepSpeed, Trainer, accelerate,
   torch) places quantized state correctly.
+* ``modeling_utils.PreTrainedModel.from_pretrained`` (public) — carries ``offload_folder`` to
+  the planner (it counts as a disk budget, as upstream's planner offloads to disk when it is
+  given) and gives ``model.hf_device_map`` back in transformers' own value forms (ints for
+  accelerator indices of a planned map, the user's own values for a map the user wrote),
+  while loading itself uses fully qualified devices.
+
+transformers 4.57 has no ``check_and_set_device_map`` (``from_pretrained`` normalises inline,
+then calls ``modeling_utils._get_device_map``, whose 4.57 adapter qualifies every dict value
+through the registry) and its ``expand_device_map`` already matches exact dotted prefixes
+(nothing to fix there).
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
+import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from ._seams import LIBRARIES, Integration, Seam
+from ._seams import LIBRARIES, Adapter, Integration, Seam
 
 __all__ = ["INTEGRATION", "STRATEGIES", "disable", "enable", "enabled", "normalize_device_map"]
 
@@ -44,6 +59,18 @@ log = logging.getLogger("accelreg.integrations.transformers")
 
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 _TIA = "transformers.integrations.accelerate"
+_MU = "transformers.modeling_utils"
+
+
+@dataclass
+class _Load:
+    """What one ``from_pretrained`` call tells the seams it runs through."""
+
+    offload_folder: Any = None
+    host_form: dict[str, Any] | None = None  # hf_device_map as transformers itself would give it
+
+
+_load: contextvars.ContextVar[_Load | None] = contextvars.ContextVar("accelreg_load", default=None)
 
 
 def normalize_device_map(device_map: Any) -> Any:
@@ -76,58 +103,135 @@ def normalize_device_map(device_map: Any) -> Any:
 def _check_and_set_device_map(original: Any) -> Any:
     @functools.wraps(original)
     def check_and_set_device_map(device_map: Any) -> Any:
-        return original(normalize_device_map(device_map))
+        result = original(normalize_device_map(device_map))
+        load = _load.get()
+        if load is not None and isinstance(result, dict):
+            try:  # what upstream alone makes of the user's value: the form hf_device_map shows
+                upstream = original(device_map)
+            except Exception:  # noqa: BLE001 - upstream would have refused it; keep ours
+                upstream = None
+            load.host_form = dict(upstream) if isinstance(upstream, dict) else None
+        return result
 
     return check_and_set_device_map
 
 
-def _budgets(max_memory: dict[Any, Any] | None) -> dict[str, int]:
+def _host_value(value: str, accelerator: str | None) -> Any:
+    """A planned map's value as accelerate's planner writes it: an int index on the current
+    accelerator, ``"cpu"``/``"disk"`` as they are."""
+    name, _, index = value.partition(":")
+    if accelerator is not None and name == accelerator and index.isdecimal():
+        return int(index)
+    return value
+
+
+def _planned_host_form(plan: dict[str, str]) -> dict[str, Any]:
+    from .. import registry
+
+    current = registry.get().current()
+    accelerator = None if current.name == "cpu" else current.device_type
+    return {key: _host_value(value, accelerator) for key, value in plan.items()}
+
+
+def _budgets(max_memory: dict[Any, Any] | None) -> dict[str, Any]:
     from .. import planner
     from ..resolution import qualify
 
     if max_memory is None:
-        return dict(planner.default_max_memory())
-    return {
-        qualify(key) if not isinstance(key, str) or key not in ("cpu", "disk") else key: value
-        for key, value in max_memory.items()
-    }
+        out: dict[str, Any] = dict(planner.default_max_memory())
+    else:
+        out = {
+            qualify(key) if not isinstance(key, str) or key not in ("cpu", "disk") else key: value
+            for key, value in max_memory.items()
+        }
+    load = _load.get()
+    if "disk" not in out and load is not None and load.offload_folder is not None:
+        out["disk"] = _disk_free(load.offload_folder)  # offload_folder opts in to disk offload
+    return out
+
+
+def _disk_free(folder: Any) -> int:
+    """Free bytes of the file system ``folder`` is (or will be created) on."""
+    path = os.path.abspath(os.fspath(folder))
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return int(shutil.disk_usage(path).free)
+
+
+def _no_split(model: Any, device_map: Any) -> list[str]:
+    """The model's no-split classes, asked the way this transformers asks (4.57-5.3 have
+    ``_get_no_split_modules``, which also collects the submodels' classes)."""
+    getter = getattr(model, "_get_no_split_modules", None)
+    if callable(getter):
+        return sorted(getter(device_map) or ())
+    return sorted(model._no_split_modules or ())
 
 
 def _get_device_map(original: Any) -> Any:
     @functools.wraps(original)
-    def _get_device_map(model: Any, device_map: Any, max_memory: Any, hf_quantizer: Any) -> Any:
-        import accelreg
-
-        from ..sizes import parse_size
-
-        if getattr(model, "_no_placement_params", None) is not None:
-            log.info(
-                "%s declares _no_placement_params; planning with transformers' own planner",
-                type(model).__name__,
-            )
-            return original(model, normalize_device_map(device_map), max_memory, hf_quantizer)
-        if isinstance(device_map, dict):
-            device_map = normalize_device_map(device_map)
-            accelreg.check_device_map(model, device_map)
-            _refuse_unsupported_bnb(hf_quantizer, device_map)
-            return device_map
-        if device_map is None:
-            return None
-        budgets = {key: parse_size(value) for key, value in _budgets(max_memory).items()}
-        if hf_quantizer is not None:
-            budgets = {key: int(value) for key, value in hf_quantizer.adjust_max_memory(budgets).items()}
-        plan = accelreg.plan_device_map(
-            model,
-            budgets,
-            no_split_module_classes=sorted(model._no_split_modules or ()),
-            strategy=device_map,
-        )
-        _refuse_unsupported_bnb(hf_quantizer, plan)
-        if hf_quantizer is not None:
-            hf_quantizer.validate_environment(device_map=plan)
-        return plan
+    def _get_device_map(model: Any, device_map: Any, max_memory: Any, hf_quantizer: Any, *more: Any) -> Any:
+        return _plan_for_load(original, model, device_map, max_memory, hf_quantizer, *more)
 
     return _get_device_map
+
+
+def _plan_for_load(
+    original: Any, model: Any, device_map: Any, max_memory: Any, hf_quantizer: Any, *more: Any
+) -> Any:
+    """Validate a written map or plan a strategy (every adapter of ``_get_device_map``; 4.57
+    passes ``dtype`` and ``keep_in_fp32_regex`` as well, which planning on meta needs not)."""
+    import accelreg
+
+    from ..sizes import parse_size
+
+    load = _load.get()
+    if getattr(model, "_no_placement_params", None) is not None:
+        log.info(
+            "%s declares _no_placement_params; planning with transformers' own planner",
+            type(model).__name__,
+        )
+        return original(model, normalize_device_map(device_map), max_memory, hf_quantizer, *more)
+    if isinstance(device_map, dict):
+        if load is not None and load.host_form is None:
+            load.host_form = dict(device_map)  # 4.57: from_pretrained normalised it inline
+        device_map = normalize_device_map(device_map)
+        accelreg.check_device_map(model, device_map)
+        _refuse_unsupported_bnb(hf_quantizer, device_map)
+        return device_map
+    if device_map is None:
+        return None
+    budgets = {key: parse_size(value) for key, value in _budgets(max_memory).items()}
+    if hf_quantizer is not None:
+        budgets = {key: int(value) for key, value in hf_quantizer.adjust_max_memory(budgets).items()}
+    plan = accelreg.plan_device_map(
+        model,
+        budgets,
+        no_split_module_classes=_no_split(model, device_map),
+        strategy=device_map,
+    )
+    _refuse_unsupported_bnb(hf_quantizer, plan)
+    if hf_quantizer is not None:
+        hf_quantizer.validate_environment(device_map=plan)
+    if load is not None:
+        load.host_form = _planned_host_form(plan)
+    return plan
+
+
+def _from_pretrained(original: Any) -> Any:
+    @functools.wraps(original)
+    def from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        load = _Load(offload_folder=kwargs.get("offload_folder"))
+        token = _load.set(load)
+        try:
+            model = original(cls, *args, **kwargs)
+        finally:
+            _load.reset(token)
+        shown = getattr(model, "hf_device_map", None)
+        if load.host_form is not None and isinstance(shown, dict) and set(shown) == set(load.host_form):
+            model.hf_device_map = dict(load.host_form)  # transformers' own value forms
+        return model
+
+    return from_pretrained
 
 
 def _expand_device_map(original: Any) -> Any:
@@ -209,53 +313,80 @@ def _postprocess_model(original: Any) -> Any:
     return postprocess_model
 
 
+#: Shapes (:func:`~accelreg.integrations._seams.shape`) of the private functions, per release
+#: family, read from every release in the window (docs/compatibility.md lists them).
+_CHECK_5 = ("35e14fb17d5bcc80",)  # 5.0-5.25
+_GET_5 = (
+    "a89d9d3600a50ab0",  # 5.0
+    "ef4a0fdf552b5108",  # 5.1-5.3
+    "095d5534432bf2f5",  # 5.4-5.15 (the reserved-memory loop moved into get_max_memory)
+    "cca7d7e6d5492798",  # 5.16-5.25 (_no_placement_params)
+)
+_GET_457 = ("e9bc406151511616",)  # 4.57.x: modeling_utils, with dtype and keep_in_fp32_regex
+_EXPAND_5 = ("a36395b8a9c8deb5",)  # 5.0-5.25: one unanchored regex of the keys
+_EXPAND_457 = ("ce57bc8aa6fb2737",)  # 4.57.x: exact dotted prefixes (nothing to fix)
+_BNB8 = ("73df0f3df692e403", "0273761cb2b0d6c2", "0292ddef364a88a2")  # 4.57 / 5.0-5.3 / 5.4+
+_BNB4 = ("0273761cb2b0d6c2", "0292ddef364a88a2")  # 4.57-5.3 / 5.4+
+_GET_PARAMS = ("model", "device_map", "max_memory", "hf_quantizer")
+
 INTEGRATION = Integration(
     name="transformers",
     distribution="transformers",
-    supported=">=5.24,<5.25",
+    supported="~=4.57.0 | >=5.0,<5.26",
     seams=[
         Seam(
             _TIA,
             "check_and_set_device_map",
-            _check_and_set_device_map,
-            params=("device_map",),
-            importers=("transformers.modeling_utils",),
-            fingerprint="db357c9a225aaa8c",
+            importers=(_MU,),
             why="resolve ints, backend names and devices in device_map through the registry",
+            adapters=(
+                Adapter("5.x", _check_and_set_device_map, shapes=_CHECK_5, params=("device_map",)),
+                Adapter(
+                    "4.57: inline in from_pretrained; _get_device_map qualifies",
+                    None,
+                    shapes=_GET_457,
+                    module=_MU,
+                    target="_get_device_map",
+                ),
+            ),
         ),
         Seam(
             _TIA,
             "_get_device_map",
-            _get_device_map,
-            params=("model", "device_map", "max_memory", "hf_quantizer"),
-            importers=("transformers.modeling_utils",),
-            fingerprint="8eda91cde8320e2a",
+            importers=(_MU,),
             why="plan strategies with accelreg.plan_device_map; validate user maps",
+            adapters=(
+                Adapter("5.x", _get_device_map, shapes=_GET_5, params=_GET_PARAMS),
+                Adapter(
+                    "4.57",
+                    _get_device_map,
+                    shapes=_GET_457,
+                    params=(*_GET_PARAMS, "dtype", "keep_in_fp32_regex"),
+                    module=_MU,
+                ),
+            ),
         ),
         Seam(
             _TIA,
             "expand_device_map",
-            _expand_device_map,
-            params=("device_map", "param_names"),
-            importers=("transformers.modeling_utils",),
-            fingerprint="9894d0c8ddc2f442",
+            importers=(_MU,),
             why="longest-dotted-prefix matching; no silent fallback",
+            adapters=(
+                Adapter("5.x", _expand_device_map, shapes=_EXPAND_5, params=("device_map", "param_names")),
+                Adapter("4.57: exact prefixes already", None, shapes=_EXPAND_457, module=_MU),
+            ),
         ),
         Seam(
             "transformers.quantizers.quantizer_bnb_8bit",
             "Bnb8BitHfQuantizer.update_device_map",
-            _update_device_map,
-            params=("self", "device_map"),
-            fingerprint="88d442cd5be19af8",
             why="default device of an 8-bit load from the registry",
+            adapters=(Adapter("all", _update_device_map, shapes=_BNB8, params=("self", "device_map")),),
         ),
         Seam(
             "transformers.quantizers.quantizer_bnb_4bit",
             "Bnb4BitHfQuantizer.update_device_map",
-            _update_device_map,
-            params=("self", "device_map"),
-            fingerprint="88d442cd5be19af8",
             why="default device of a 4-bit load from the registry",
+            adapters=(Adapter("all", _update_device_map, shapes=_BNB4, params=("self", "device_map")),),
         ),
         Seam(
             "transformers.quantizers.base",
@@ -264,13 +395,23 @@ INTEGRATION = Integration(
             params=("self", "model"),
             why="attach the quantized-weight placement rules after loading",
         ),
+        Seam(
+            _MU,
+            "PreTrainedModel.from_pretrained",
+            _from_pretrained,
+            params=("cls", "pretrained_model_name_or_path"),
+            why="offload_folder counts as a disk budget; hf_device_map keeps transformers' value forms",
+        ),
     ],
     scan_prefixes=LIBRARIES,
 )
 
 
 def enable() -> None:
-    """Enable the transformers integration (idempotent)."""
+    """Enable the transformers integration (idempotent); see :meth:`Integration.enable`."""
+    from . import raise_recorded
+
+    raise_recorded()
     INTEGRATION.enable()
 
 

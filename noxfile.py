@@ -1,0 +1,234 @@
+"""The release matrix: accelreg's integrations against the releases people run.
+
+    nox -s "matrix(release_set='oldest')"     # one set (CI runs oldest and newest)
+    nox -s matrix                             # every set
+    nox -s survey                             # every release in the window, read statically
+    nox -s upstream                           # accelerate's and peft's own suites, stock vs install()
+    python tools/compat.py table              # docs/compatibility.md from the records
+
+Each release set is *layered* over the environment the README sets up (torch, the emulator and
+everything else stay): its pinned releases are installed with ``pip install --no-deps --target``
+into a cached folder, which goes first on ``PYTHONPATH`` — so the subprocesses the tests start
+(the emulated accelerator, DeepSpeed's runs) see the same releases. Only pins that differ from
+the base environment are installed. A layer is reused while its pins are unchanged
+(``$ACCELREG_LAYERS``, default ``~/.cache/accelreg/layers``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from importlib import metadata
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["matrix"]
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / ".nox-results"
+
+#: The sets (the window: transformers 4.57.x and 5.0-5.25, accelerate 1.10-1.16, peft 0.17-0.21,
+#: DeepSpeed 0.17-0.19.8, bitsandbytes 0.47-0.50). "dev" is the environment as the README sets it
+#: up (no layer): the one the default test suite runs on.
+_REQUESTS = {"requests": "2.32.5", "urllib3": "2.5.0", "charset-normalizer": "3.4.4", "certifi": "2025.10.5"}
+SETS: dict[str, dict[str, str]] = {
+    "oldest": {
+        "transformers": "4.57.6",
+        "accelerate": "1.10.1",
+        "peft": "0.17.1",
+        "deepspeed": "0.17.6",
+        "bitsandbytes": "0.47.0",
+        # transformers 4.57 wants huggingface_hub<1.0 (which needs requests) and tokenizers<0.23
+        "huggingface_hub": "0.36.0",
+        "tokenizers": "0.22.1",
+        **_REQUESTS,
+    },
+    "middle": {
+        "transformers": "5.3.0",
+        "accelerate": "1.13.0",
+        "peft": "0.19.1",
+        "deepspeed": "0.18.9",
+        "bitsandbytes": "0.48.2",
+        # transformers 5.3 wants huggingface_hub>=1.3,<2 (which needs httpx) and tokenizers<=0.23.0
+        "huggingface_hub": "1.33.0",
+        "tokenizers": "0.22.1",
+        "httpx": "0.28.1",
+        "httpcore": "1.0.9",
+        "certifi": "2025.10.5",
+    },
+    "dev": {},
+    "newest": {
+        # transformers 5.25 declares kernels>=0.19.1, which the index lacks: --no-deps skips it
+        "transformers": "5.25.0",
+        "accelerate": "1.16.0",
+        "peft": "0.21.2",
+        "deepspeed": "0.19.8",
+        "bitsandbytes": "0.50.2",
+    },
+}
+
+#: What each set runs: the integrations, import safety, placement, the patch-free path and the
+#: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator).
+MATRIX_TESTS = [
+    "tests/test_integrations.py",
+    "tests/test_import_safety.py",
+    "tests/test_extras.py",
+    "tests/test_placement.py",
+    "tests/emu/test_integrations.py",
+    "tests/deepspeed/test_seed000.py",
+    "-k",
+    # the integration subset (not the thread and env runs the default suite has), seed 002 on one
+    # emulated backend (the default suite runs three), seed 000 stock and with install()
+    "not concurrent and not idempotent and not context_manager and not imported_after and not env_ "
+    "and not mlu and not musa and not integration_only",
+]
+
+#: Environment a set needs. transformers 5.25 loads hub kernels by default and then requires the
+#: ``kernels`` package (>=0.19.1), which the package index does not have: every from_pretrained
+#: fails with "Kernels are not available" unless kernels are switched off, as a user here must.
+SET_ENV: dict[str, dict[str, str]] = {"newest": {"USE_HUB_KERNELS": "0"}}
+
+#: Tests a set cannot run, and why (recorded in docs/compatibility.md).
+NOT_RUNNABLE: dict[str, dict[str, str]] = {
+    "oldest": {
+        "tests/deepspeed/test_seed000.py": (
+            "transformers 4.57's Trainer with DeepSpeed 0.17 and torch 2.13 fails while training, before the "
+            "seed's checkpoint load, stock and with install() alike (torch lr_scheduler: 'zip() argument 2 is "
+            "longer than argument 1')"
+        ),
+    },
+}
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def layer(session: nox.Session, name: str) -> Path | None:
+    """The folder holding set ``name``'s releases (built once per pin set), or ``None``."""
+    pins = {d: v for d, v in SETS[name].items() if _installed(d) != v}
+    if not pins:
+        return None
+    key = hashlib.sha256(json.dumps(sorted(pins.items())).encode()).hexdigest()[:12]
+    base = Path(os.environ.get("ACCELREG_LAYERS", Path.home() / ".cache" / "accelreg" / "layers"))
+    folder = base / f"{name}-{key}"
+    if not (folder / ".complete").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        session.run(
+            "python",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",  # DeepSpeed's sdist builds against the installed torch
+            "--target",
+            str(folder),
+            *(f"{d}=={v}" for d, v in pins.items()),
+            env={"DS_BUILD_OPS": "0"},
+        )
+        shutil.rmtree(folder / "bin", ignore_errors=True)  # console scripts of the layer: unused
+        (folder / ".complete").write_text(json.dumps(pins) + "\n")
+    return folder
+
+
+def _env(folder: Path | None) -> dict[str, str]:
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    if folder is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+@nox.session
+@nox.parametrize("release_set", list(SETS))
+def matrix(session: nox.Session, release_set: str) -> None:
+    """The integration subset and the seeds against one release set; records the outcome."""
+    folder = layer(session, release_set)
+    env = {**_env(folder), **SET_ENV.get(release_set, {})}
+    RESULTS.mkdir(exist_ok=True)
+    junit = RESULTS / f"{release_set}.xml"
+    command = f"nox -s \"matrix(release_set='{release_set}')\""
+    skip = NOT_RUNNABLE.get(release_set, {})
+    (RESULTS / f"{release_set}.skipped.json").write_text(json.dumps(skip, indent=1) + "\n")
+    tests = [arg for arg in MATRIX_TESTS if arg not in skip]
+    try:
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            *tests,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            env=env,
+        )
+    finally:
+        session.run(
+            "python",
+            "tools/compat.py",
+            "record",
+            "--set",
+            release_set,
+            "--junit",
+            str(junit),
+            "--command",
+            command,
+            env=env,
+        )
+        session.run("python", "tools/compat.py", "table")
+
+
+@nox.session
+def survey(session: nox.Session) -> None:
+    """Every release in the window, each seam's adapter read from the wheel (no import)."""
+    wheels = Path(os.environ.get("ACCELREG_WHEELS", Path.home() / ".cache" / "accelreg" / "wheels"))
+    releases = {
+        "transformers": ["4.57.0", "4.57.6"] + [f"5.{m}" for m in range(26)],
+        "accelerate": [f"1.{m}" for m in range(10, 17)],
+        "peft": [f"0.{m}" for m in range(17, 22)],
+    }
+    for dist, minors in releases.items():
+        for minor in minors:
+            spec = f"{dist}=={minor}" if minor.count(".") == 2 else f"{dist}~={minor}.0"
+            if not list(wheels.glob(f"{dist}-{minor}*.whl")):
+                session.run(
+                    "python",
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "-d",
+                    str(wheels),
+                    spec,
+                    silent=True,
+                )
+    session.run("python", "tools/compat.py", "survey", "--wheels", str(wheels))
+    session.run("python", "tools/compat.py", "table")
+
+
+@nox.session
+@nox.parametrize("release_set", ["newest"])
+def upstream(session: nox.Session, release_set: str) -> None:
+    """accelerate's and peft's own CPU-runnable tests, stock and with ``install()``: fails on
+    any test that passes stock and fails installed (tools/upstream_compare.py)."""
+    folder = layer(session, release_set)
+    session.run(
+        "python", "-m", "pip", "install", "--quiet", "parameterized", "scipy", "pytest-cov"
+    )  # the suites' test deps
+    session.run(
+        "python",
+        "tools/upstream_compare.py",
+        "--out",
+        str(RESULTS / "upstream"),
+        *session.posargs,
+        env={**_env(folder), **SET_ENV.get(release_set, {})},
+    )

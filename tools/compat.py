@@ -1,0 +1,272 @@
+"""Write docs/compatibility.md from what the release matrix ran (``nox -s matrix``).
+
+    python tools/compat.py record --set oldest --junit .nox-results/oldest.xml
+        # in a release set's environment: the versions, each seam's adapter (matched on the
+        # live functions), the test outcomes; written to docs/compat/oldest.json
+    python tools/compat.py survey --wheels DIR
+        # every release wheel in DIR (pip download --no-deps ...): each seam's adapter read
+        # statically from the wheel's sources; written to docs/compat/survey.json
+    python tools/compat.py table
+        # docs/compatibility.md from docs/compat/*.json
+
+Nothing in the table is written by hand: it is regenerated from the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import importlib
+import json
+import os
+import re
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "docs" / "compat"
+LIBRARIES = {  # integration -> the distribution whose wheels the survey reads
+    "transformers": "transformers",
+    "accelerate": "accelerate",
+    "peft": "peft",
+    "deepspeed": "deepspeed",
+}
+OTHERS = ("bitsandbytes", "torch", "huggingface_hub", "tokenizers")
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _junit(path: str | None) -> dict[str, object]:
+    if not path or not os.path.exists(path):
+        return {}
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    totals = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    failed = [
+        f"{case.get('classname')}::{case.get('name')}"
+        for s in suites
+        for case in s.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
+    totals["passed"] = totals["tests"] - totals["failures"] - totals["errors"] - totals["skipped"]
+    skips = sorted(
+        {
+            (case.find("skipped").get("message") or "").removeprefix("Skipped: ")  # type: ignore[union-attr]
+            for s in suites
+            for case in s.iter("testcase")
+            if case.find("skipped") is not None
+        }
+    )
+    return {
+        **totals,
+        "failed": failed,
+        "skip_reasons": skips,
+        "seconds": round(sum(float(s.get("time", 0)) for s in suites), 1),
+    }
+
+
+def _not_runnable(junit: str | None) -> dict[str, str]:
+    path = Path(junit).with_suffix(".skipped.json") if junit else None
+    return json.loads(path.read_text()) if path is not None and path.exists() else {}
+
+
+def record(args: argparse.Namespace) -> None:
+    import accelreg.integrations as integrations
+
+    seams = {}
+    for name, (module, trigger) in integrations.INTEGRATIONS.items():
+        if _version(LIBRARIES[name]) is None:
+            continue
+        importlib.import_module(trigger)
+        integ = importlib.import_module(module).INTEGRATION
+        seams[name] = [m.as_dict() | {"reason": m.reason} for m in integ.match()]
+    out = {
+        "set": args.set,
+        "date": datetime.date.today().isoformat(),
+        "python": sys.version.split()[0],
+        "versions": {d: _version(d) for d in (*LIBRARIES.values(), *OTHERS)},
+        "seams": seams,
+        "tests": _junit(args.junit),
+        "not_runnable": _not_runnable(args.junit),
+        "env": {k: os.environ[k] for k in ("USE_HUB_KERNELS",) if k in os.environ},
+        "command": args.command,
+    }
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    (RECORDS / f"{args.set}.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {RECORDS / (args.set + '.json')}")
+
+
+def survey(args: argparse.Namespace) -> None:
+    from packaging.version import Version
+
+    import accelreg.integrations as integrations
+
+    rows = []
+    for wheel in sorted(glob.glob(os.path.join(args.wheels, "*.whl"))):
+        m = re.match(r"([A-Za-z_]+)-(\d[^-]*)-", os.path.basename(wheel))
+        if m is None:
+            continue
+        dist, version = m.group(1).lower(), m.group(2)
+        name = next((n for n, d in LIBRARIES.items() if d == dist), None)
+        if name is None:
+            continue
+        integ = importlib.import_module(integrations.INTEGRATIONS[name][0]).INTEGRATION
+        with tempfile.TemporaryDirectory() as tmp:
+            zipfile.ZipFile(wheel).extractall(tmp)
+            from accelreg.integrations import _seams
+
+            _seams._PARSED.clear()
+            matches = integ.survey(root=tmp)
+        rows.append(
+            {
+                "library": dist,
+                "version": version,
+                "adapters": {m.seam.name: (m.adapter.name if m.adapter else None) for m in matches},
+            }
+        )
+    rows.sort(key=lambda r: (r["library"], Version(r["version"])))
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    payload = {"date": datetime.date.today().isoformat(), "releases": rows}
+    (RECORDS / "survey.json").write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {RECORDS / 'survey.json'} ({len(rows)} releases)")
+
+
+def _cell(seam: dict[str, object]) -> str:
+    adapter = seam.get("adapter")
+    if adapter is None:
+        return "**skipped** (no adapter)"
+    return f"{adapter}" + ("" if seam.get("patched") else " (nothing to patch)")
+
+
+def table(_: argparse.Namespace) -> None:
+    sets = []
+    for path in sorted(RECORDS.glob("*.json")):
+        if path.name not in ("survey.json", "upstream.json"):
+            sets.append(json.loads(path.read_text()))
+    order = {"oldest": 0, "middle": 1, "dev": 2, "newest": 3}
+    sets.sort(key=lambda r: order.get(r["set"], 9))
+    lines = [
+        "# Compatibility",
+        "",
+        "<!-- Generated by `python tools/compat.py table` from docs/compat/*.json; do not edit by hand. -->",
+        "",
+        "Which release of each library accelreg's integrations were run against, which adapter each",
+        "seam got (chosen by the seam's shape, never by the version number), and what the tests said.",
+        "A seam with no adapter is skipped alone with a warning; the library's other seams stay on.",
+        "",
+        "## Release sets run by `nox -s matrix` (integration, import-safety, placement and seed tests)",
+        "",
+        "The default `python -m pytest` runs on the **dev** set: what the README's set-up command",
+        "resolves on a fresh clone. CI (`.ci/run`) also runs the **oldest** and the **newest** set.",
+        "",
+    ]
+    for rec in sets:
+        v = rec["versions"]
+        tests = rec.get("tests") or {}
+        result = (
+            f"{tests.get('passed', 0)} passed, {tests.get('failures', 0) + tests.get('errors', 0)} failed, "
+            f"{tests.get('skipped', 0)} skipped in {tests.get('seconds', '?')} s"
+            if tests
+            else "tests not recorded"
+        )
+        lines += [
+            f"### {rec['set']} (run {rec['date']}, Python {rec['python']}, torch {v.get('torch')})",
+            "",
+            "bitsandbytes {}, huggingface_hub {}, tokenizers {}. Result: {}.".format(
+                v.get("bitsandbytes"), v.get("huggingface_hub"), v.get("tokenizers"), result
+            ),
+            "",
+            "| library | release | seam | adapter |",
+            "| --- | --- | --- | --- |",
+        ]
+        for name, seams in rec["seams"].items():
+            for seam in seams:
+                short = str(seam["seam"]).split(".", 1)[1] if "." in str(seam["seam"]) else seam["seam"]
+                lines.append(f"| {name} | {v.get(LIBRARIES[name])} | `{short}` | {_cell(seam)} |")
+        for why in tests.get("skip_reasons") or ():
+            lines += ["", f"Skipped here: {why}."]
+        for key, value in (rec.get("env") or {}).items():
+            lines += ["", f"Run with `{key}={value}` (see noxfile.py `SET_ENV`)."]
+        for path, why in (rec.get("not_runnable") or {}).items():
+            lines += ["", f"Not run here: `{path}`: {why}."]
+        if tests.get("failed"):
+            lines += ["", "Failed: " + ", ".join(f"`{t}`" for t in tests["failed"])]
+        if rec.get("command"):
+            lines += ["", f"Command: `{rec['command']}`"]
+        lines.append("")
+    upstream_path = RECORDS / "upstream.json"
+    if upstream_path.exists():
+        data = json.loads(upstream_path.read_text())
+        lines += [
+            "## Upstream's own tests, stock and with `install()` (`nox -s upstream`)",
+            "",
+            "Each library's tests from its sdist, run twice in fresh pytest processes (stock, and with a",
+            "plugin that calls `accelreg.install()` first); test ids and outcomes compared",
+            "(`tools/upstream_compare.py`).",
+            "",
+            "| library | files | run on | stock passed/failed/skipped | with `install()` | passes stock, fails installed | fails stock, passes installed | date |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for dist, item in data["suites"].items():
+            st, ins = item["stock"], item["installed"]
+            lines.append(
+                f"| {dist} {item['version']} | {', '.join(item['files'])} | "
+                f"{'emulated ' + item['emulated'] + ' x2' if item.get('emulated') else 'cpu'} | "
+                f"{st['passed']}/{st['failed']}/{st['skipped']} | {ins['passed']}/{ins['failed']}/{ins['skipped']} | "
+                f"{len(item['passes_stock_fails_installed'])} | {len(item['fails_stock_passes_installed'])} | {item.get('date', '')} |"
+            )
+        lines.append("")
+    survey_path = RECORDS / "survey.json"
+    if survey_path.exists():
+        data = json.loads(survey_path.read_text())
+        lines += [
+            f"## Every release in the window, read statically (`nox -s survey`, {data['date']})",
+            "",
+            "Each release's wheel, unpacked and read without importing it: the adapter each seam's",
+            "shape selects (behaviour probes are not run here). `—` = the seam matches no adapter.",
+            "",
+        ]
+        by_lib: dict[str, list[dict[str, object]]] = {}
+        for row in data["releases"]:
+            by_lib.setdefault(str(row["library"]), []).append(row)
+        for lib, rows in by_lib.items():
+            seams = list(rows[0]["adapters"])  # type: ignore[arg-type]
+            lines += [f"### {lib}", "", "| release | " + " | ".join(f"`{s}`" for s in seams) + " |"]
+            lines.append("| --- |" + " --- |" * len(seams))
+            for row in rows:
+                cells = [row["adapters"].get(s) or "—" for s in seams]  # type: ignore[union-attr]
+                lines.append(f"| {row['version']} | " + " | ".join(str(c) for c in cells) + " |")
+            lines.append("")
+    (ROOT / "docs" / "compatibility.md").write_text("\n".join(lines).rstrip() + "\n")
+    print(f"wrote {ROOT / 'docs' / 'compatibility.md'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("record")
+    p.add_argument("--set", required=True)
+    p.add_argument("--junit")
+    p.add_argument("--command", default="")
+    p.set_defaults(func=record)
+    p = sub.add_parser("survey")
+    p.add_argument("--wheels", required=True)
+    p.set_defaults(func=survey)
+    sub.add_parser("table").set_defaults(func=table)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
