@@ -82,7 +82,7 @@ def _indexed_keys(max_memory: dict[Any, Any], current: Any) -> dict[Any, Any]:
         name, _, index = text.partition(":")
         if name in (current.name, current.device_type) and index.isdecimal():
             max_memory[int(index)] = max_memory.pop(key)
-        elif name not in ("cpu", "disk", "mps"):
+        elif name not in ("cpu", "disk"):
             raise DeviceError(
                 f"max_memory key {key!r} is a {name} device, but accelerate plans for the current backend "
                 f"{current.name} (int keys, or {current.name}:<index>, 'cpu', 'disk')"
