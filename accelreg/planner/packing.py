@@ -31,12 +31,11 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from . import residency
+
 __all__ = ["NoFit", "Problem", "Solution", "solve", "validate"]
 
 STRATEGIES = ("balanced", "balanced_low_0", "sequential")
-#: Exact search is tried for at most this many units (and this many search nodes).
-EXACT_UNITS = 16
-EXACT_NODES = 200_000
 _MAX_ROUNDS = 100
 
 
@@ -61,7 +60,11 @@ class Problem:
 
 @dataclass
 class Solution:
-    """A target per unit, and how it was found."""
+    """A target per unit, and how it was found.
+
+    ``main`` is the main device (``None``: nothing offloaded, or nothing on an accelerator);
+    ``optimal`` is True when no placement keeps more bytes on the accelerators (then fewer on
+    disk), False when a search stopped at its node limit, None when nothing was offloaded."""
 
     targets: list[int]
     method: str
@@ -69,15 +72,18 @@ class Solution:
     reserve: int = 0
     reserve_cpu: int = 0
     notes: list[str] = field(default_factory=list)
+    optimal: bool | None = None
 
 
 class NoFit(Exception):
-    """No placement satisfies the budgets; ``reasons`` says why, one line each."""
+    """No placement satisfies the budgets; ``reasons`` says why, one line each. ``gave_up`` is
+    the node limit when a search stopped there (then "no fit" is not proven)."""
 
-    def __init__(self, reasons: list[str], failed: list[int]) -> None:
+    def __init__(self, reasons: list[str], failed: list[int], gave_up: int | None = None) -> None:
         super().__init__("; ".join(reasons))
         self.reasons = reasons
         self.failed = failed
+        self.gave_up = gave_up
         #: ``(unit, device, shortfall)`` for units that must stay on an accelerator but found no room
         self.needs: list[tuple[int, int, int]] = []
         self.on: list[int] = []
@@ -85,14 +91,16 @@ class NoFit(Exception):
 
 
 # -- validity -----------------------------------------------------------------------------
-def validate(p: Problem, targets: Sequence[int]) -> list[str]:
-    """Every broken budget or placement rule of ``targets``, as ``(kind, detail)`` lines."""
+def validate(p: Problem, targets: Sequence[int], main: int | None = None) -> list[str]:
+    """Every broken budget or placement rule of ``targets``, one line each. ``main`` is the main
+    device (it must hold something); by default the first accelerator used in forward order."""
     k = p.k
     cpu_t, disk_t = k, k + 1
     loads = [0] * (k + 2)
-    main = None
     off_layer = disk_layer = 0
     problems: list[str] = []
+    if main is not None and main not in targets:
+        problems.append(f"main device {main} holds nothing")
     for u, t in enumerate(targets):
         s = p.sizes[u]
         loads[t] += s
@@ -306,8 +314,10 @@ class _Runs:
 
 
 # -- the solver ---------------------------------------------------------------------------
-def solve(p: Problem) -> Solution:
-    """Place every unit of ``p`` (see the module docstring); raises :class:`NoFit`."""
+def solve(p: Problem, nodes: int | None = None) -> Solution:
+    """Place every unit of ``p`` (see the module docstring); raises :class:`NoFit`. ``nodes``
+    limits the search for the most resident placement (default :data:`~.residency.SEARCH_NODES`)."""
+    nodes = residency.SEARCH_NODES if nodes is None else nodes
     if p.strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {p.strategy!r}")
     n, k = len(p.sizes), p.k
@@ -353,25 +363,107 @@ def solve(p: Problem) -> Solution:
             )
             break
         reserve, reserve_cpu = max(reserve, off), max(reserve_cpu, disk)
+    if contiguous is not None and not any(t >= k for t in contiguous.targets):
+        return contiguous
+    if contiguous is not None and sum(p.sizes) <= sum(p.caps):
+        packed = _pack_on_accelerators(p)
+        if packed is not None:
+            packed.notes.append("packed out of forward order: the contiguous plan would have offloaded")
+            return packed
+    # Something must be offloaded (or no contiguous plan exists): keep the most on accelerators.
+    at_least = None if contiguous is None else _resident(p, contiguous.targets)
+    found = residency.search(
+        p.sizes, p.layers, p.cpu_ok, p.disk_ok, p.caps, p.cpu, p.disk, at_least=at_least, nodes=nodes
+    )
+    if found.counts is not None:
+        sol = arrange(p, found)
+        if contiguous is not None:
+            sol.notes.append(
+                "kept more on the accelerators than the contiguous plan"
+                + ("" if sol.method == "contiguous" else ", packing out of forward order")
+            )
+        elif sol.method != "contiguous":
+            sol.notes.append("packed out of forward order: no contiguous plan fits")
+        return sol
     if contiguous is not None:
-        if any(t >= k for t in contiguous.targets) and sum(p.sizes) <= sum(p.caps):
-            packed = _pack_on_accelerators(p)
-            if packed is not None:
-                packed.notes.append("packed out of forward order: the contiguous plan would have offloaded")
-                return packed
+        contiguous.optimal = not found.cut
         return contiguous
     for packer in (_first_fit_forward, _first_fit_decreasing):
         sol = _with_headroom(p, packer)
         if sol is not None:
             sol.notes.append("packed out of forward order: no contiguous plan fits")
+            sol.optimal = False
             return sol
-    if n <= EXACT_UNITS:
-        sol = _exact(p)
-        if sol is not None:
-            sol.notes.append("found by exact search: no contiguous or first-fit plan fits")
-            return sol
-        raise failure or NoFit(["no placement satisfies every budget (exact search)"], [])
+    if found.cut:
+        raise NoFit(
+            ["no plan found within the search limit"], failure.failed if failure else [], gave_up=nodes
+        )
     raise failure or NoFit(["no placement satisfies every budget"], [])
+
+
+def _resident(p: Problem, targets: Sequence[int]) -> tuple[int, int]:
+    """``(bytes on accelerators, bytes on disk)``."""
+    k = p.k
+    on = sum(p.sizes[u] for u, t in enumerate(targets) if t < k)
+    disk = sum(p.sizes[u] for u, t in enumerate(targets) if t == k + 1)
+    return on, disk
+
+
+def arrange(p: Problem, found: residency.Found) -> Solution:
+    """Units for the search's counts: the last units of each class are the offloaded ones; the
+    resident ones run contiguously over the devices (with the strategy) when that fits, the main
+    device keeping the headroom; otherwise each device takes its counts in forward order."""
+    assert found.counts is not None and found.members is not None
+    k, n = p.k, len(p.sizes)
+    targets = [0] * n
+    resident: list[int] = []
+    by_class: list[list[int]] = []
+    for row, members in zip(found.counts, found.members, strict=True):
+        on = sum(row[:k])
+        by_class.append(members[:on])
+        resident.extend(members[:on])
+        rest = members[on:]
+        for u in rest[: row[k]]:
+            targets[u] = k
+        for u in rest[row[k] :]:
+            targets[u] = k + 1
+    resident.sort()
+    H = found.headroom
+    optimal = not found.cut
+    if resident:
+        candidates = list(range(k)) if H else [None]
+        for main in candidates:
+            caps = list(p.caps)
+            if main is not None:
+                caps[main] -= H
+                if caps[main] <= 0:
+                    continue
+            runs = _Runs([p.sizes[u] for u in resident], [p.blocks[u] for u in resident], caps)
+            if not runs.feasible(0, 0):
+                continue
+            if p.strategy == "sequential":
+                cuts = runs.sequential()
+            elif p.strategy == "balanced_low_0":
+                cuts = runs.low_zero()
+            else:
+                cuts = runs.balanced()
+            start = 0
+            for d, e in enumerate(cuts):
+                for i in range(start, e):
+                    targets[resident[i]] = d
+                start = max(start, e)
+            if start == len(resident) and not validate(p, targets, main):
+                return Solution(targets, "contiguous", main, H, found.staging, optimal=optimal)
+    for members, row in zip(by_class, found.counts, strict=True):
+        i = 0
+        for d in range(k):
+            for u in members[i : i + row[d]]:
+                targets[u] = d
+            i += row[d]
+    main = found.main
+    if validate(p, targets, main):  # pragma: no cover - the search only returns valid counts
+        raise AssertionError(f"search produced an invalid placement: {validate(p, targets, main)}")
+    return Solution(targets, "packed", main, H, found.staging, optimal=optimal)
 
 
 def _contiguous(
@@ -540,51 +632,3 @@ def _with_headroom(p: Problem, packer) -> Solution | None:
                 break  # the reserves are in place but the main device differs: try another
             reserve, reserve_cpu = max(reserve, off), max(reserve_cpu, disk)
     return None
-
-
-def _exact(p: Problem) -> Solution | None:
-    """Depth-first search over every placement (largest units first), checking each leaf."""
-    n, k = len(p.sizes), p.k
-    order = sorted(range(n), key=lambda u: -p.sizes[u])
-    places = list(range(k)) + ([k] if p.cpu is not None else []) + ([k + 1] if p.disk is not None else [])
-    free = {t: (p.caps[t] if t < k else p.cpu if t == k else p.disk) for t in places}
-    targets = [0] * n
-    nodes = 0
-
-    def go(i: int) -> bool:
-        nonlocal nodes
-        nodes += 1
-        if nodes > EXACT_NODES:
-            raise _Budget
-        if i == n:
-            return not validate(p, targets)
-        u = order[i]
-        s = p.sizes[u]
-        tried_empty: set[int] = set()
-        for t in places:
-            if (t == k and not p.cpu_ok[u]) or (t == k + 1 and not p.disk_ok[u]):
-                continue
-            if free[t] < s:
-                continue
-            if t < k and free[t] == p.caps[t]:  # empty accelerators with equal caps are interchangeable
-                if p.caps[t] in tried_empty:
-                    continue
-                tried_empty.add(p.caps[t])
-            free[t] -= s
-            targets[u] = t
-            if go(i + 1):
-                return True
-            free[t] += s
-        return False
-
-    try:
-        if go(0):
-            main, off, disk = _measure(p, targets)
-            return Solution(list(targets), "exact", main, off, disk)
-    except _Budget:
-        return None
-    return None
-
-
-class _Budget(Exception):
-    pass
