@@ -329,6 +329,10 @@ def solve(p: Problem, nodes: int | None = None) -> Solution:
     excluded: set[int] = set()
     failure: NoFit | None = None
     contiguous: Solution | None = None
+    # The strategy's redistribution over the devices changes neither which units are offloaded
+    # nor (but for balanced_low_0) the first device: it is done once, for the plan returned.
+    segment = p.strategy == "balanced_low_0"
+    final: tuple[list[int], int] | None = None
     for _ in range(_MAX_ROUNDS):
         caps = [0 if d in excluded else c for d, c in enumerate(p.caps)]
         main = next((d for d in range(k) if caps[d] > 0), None)
@@ -338,7 +342,7 @@ def solve(p: Problem, nodes: int | None = None) -> Solution:
                 continue
             caps[main] -= reserve
         try:
-            targets = _contiguous(p, caps, reserve_cpu, forced, keep)
+            targets = _contiguous(p, caps, reserve_cpu, forced, keep, segment)
         except NoFit as exc:
             failure = exc
             if exc.needs:  # kept units found no room: offload what precedes them instead
@@ -361,10 +365,24 @@ def solve(p: Problem, nodes: int | None = None) -> Solution:
             contiguous = Solution(
                 targets, "contiguous", used_main, reserve if used_main is not None else 0, reserve_cpu
             )
+            final = (caps, reserve_cpu)
             break
         reserve, reserve_cpu = max(reserve, off), max(reserve_cpu, disk)
+    if contiguous is not None and not segment and final is not None:
+
+        def finish(sol: Solution) -> Solution:
+            targets = _contiguous(p, final[0], final[1], forced, keep)
+            if not validate(p, targets):
+                sol.targets = targets
+            return sol
+
+    else:
+
+        def finish(sol: Solution) -> Solution:
+            return sol
+
     if contiguous is not None and not any(t >= k for t in contiguous.targets):
-        return contiguous
+        return finish(contiguous)
     if contiguous is not None and sum(p.sizes) <= sum(p.caps):
         packed = _pack_on_accelerators(p)
         if packed is not None:
@@ -387,7 +405,7 @@ def solve(p: Problem, nodes: int | None = None) -> Solution:
         return sol
     if contiguous is not None:
         contiguous.optimal = not found.cut
-        return contiguous
+        return finish(contiguous)
     for packer in (_first_fit_forward, _first_fit_decreasing):
         sol = _with_headroom(p, packer)
         if sol is not None:
@@ -467,9 +485,11 @@ def arrange(p: Problem, found: residency.Found) -> Solution:
 
 
 def _contiguous(
-    p: Problem, caps: list[int], reserve_cpu: int, forced: list[bool], keep: list[bool]
+    p: Problem, caps: list[int], reserve_cpu: int, forced: list[bool], keep: list[bool], segment: bool = True
 ) -> list[int]:
-    """One contiguous placement for fixed caps; raises :class:`NoFit` with what went wrong."""
+    """One contiguous placement for fixed caps; raises :class:`NoFit` with what went wrong.
+    Without ``segment`` the accelerators keep the greedy fill (same units on and off them,
+    same first device) instead of the strategy's redistribution."""
     n, k = len(p.sizes), p.k
     sizes = p.sizes
     suffix = [0] * (k + 1)
@@ -512,7 +532,10 @@ def _contiguous(
         exc.needs, exc.on, exc.device = needs, on, device
         raise exc
     targets = [0] * n
-    if on:
+    if on and not segment:
+        for u, d in zip(on, device, strict=True):
+            targets[u] = d
+    elif on:
         runs = _Runs([sizes[u] for u in on], [p.blocks[u] for u in on], caps)
         if p.strategy == "sequential":
             cuts = runs.sequential()

@@ -286,7 +286,7 @@ class _Search:
 
             def place(i: int, left: int, prev: int, placed: int) -> None:
                 # ``placed`` units of this class are on accelerators so far, ``left`` still to go
-                nonlocal nodes
+                nonlocal nodes, res, disk
                 nodes += 1
                 if nodes > limit:
                     raise _Stop
@@ -298,24 +298,47 @@ class _Search:
                 t = order[i]
                 if t == DISK and not stageable(c):
                     return
-                hi = min(left, caps[i], prev if same[i] else left)
-                lo = max(0, left - fit_after[i + 1])
-                free = acc_room - placed * s + (cpu_room if t <= CPU else 0)  # room off the disk
+                hi = caps[i] if caps[i] < left else left
+                if same[i] and prev < hi:
+                    hi = prev
+                lo = left - fit_after[i + 1]
+                if lo < 0:
+                    lo = 0
+                row = x[c]
+                if t < k:
+                    free = acc_room - placed * s + cpu_room  # room off the disk
+                    after = acc_after[i + 1]
+                    for v in range(hi, lo - 1, -1):
+                        rest = left - v
+                        more = (placed + v + (rest if rest < after else after)) * s + later
+                        bound = base_res + (acc_room if acc_room < more else more)
+                        spill = rest * s + later - free + v * s
+                        disk_low = base_disk + (spill if spill > 0 else 0)
+                        if bound < best.resident or (bound == best.resident and disk_low >= best.disk):
+                            break  # fewer here only lowers the bound
+                        used = v * s
+                        rooms[t] -= used
+                        row[t] = v
+                        res += used
+                        place(i + 1, rest, v, placed + v)
+                        rooms[t] += used
+                        row[t] = 0
+                        res -= used
+                    return
+                more = placed * s + later
+                bound = base_res + (acc_room if acc_room < more else more)
+                free = acc_room - placed * s + (cpu_room if t == CPU else 0)
                 for v in range(hi, lo - 1, -1):
-                    if t < k:
-                        more = (placed + v + min(left - v, acc_after[i + 1])) * s
-                        bound = base_res + min(acc_room, more + later)
-                        disk_low = base_disk + max(0, (left - v) * s + later - (free - v * s))
-                    else:
-                        bound = base_res + min(acc_room, placed * s + later)
-                        rest = later - (free - (v * s if t == CPU else 0))
-                        disk_low = base_disk + (left - v) * s + (v * s if t == DISK else 0) + max(0, rest)
+                    spill = later - free + (v * s if t == CPU else 0)
+                    disk_low = (
+                        base_disk + (left - v) * s + (v * s if t == DISK else 0) + (spill if spill > 0 else 0)
+                    )
                     if bound < best.resident or (bound == best.resident and disk_low >= best.disk):
-                        if t <= CPU:
-                            break  # fewer here only lowers the bound or adds to the disk
+                        if t == CPU:
+                            break  # fewer on the cpu only adds to the disk
                         continue
                     before = put(c, t, v)
-                    place(i + 1, left - v, v, placed + (v if t < k else 0))
+                    place(i + 1, left - v, v, placed)
                     take(c, t, v, before)
 
             place(0, m, m, 0)
