@@ -70,6 +70,8 @@ class Plan:
     #: ``True``: no valid map keeps more bytes on the accelerators (then fewer on disk);
     #: ``False``: the search stopped at its limit first; ``None``: nothing is offloaded.
     optimal: bool | None = None
+    #: The packing problem the map solves (units in forward order), for explanations.
+    problem: packing.Problem | None = field(default=None, repr=False)
 
     @property
     def resident(self) -> int:
@@ -242,6 +244,7 @@ def plan(
         layout=layout,
         main_device=check.main_device(device_map) if any(t >= k for t in solution.targets) else None,
         optimal=solution.optimal,
+        problem=problem,
     )
 
 
