@@ -10,19 +10,23 @@ The rules (see docs/planner.md):
 * Accelerators are filled in order; forward order is contiguous: the accelerator index never
   decreases along the sequence. A unit that fits on no remaining accelerator goes to the cpu
   (then disk) while the units after it stay on accelerators.
-* Offload headroom: when anything is on cpu or disk, the *main* device (the first accelerator
-  holding anything; accelerate runs offloaded layers there) keeps room for the largest offloaded
-  layer, and the cpu keeps room for the largest disk layer. Found by a fixpoint: plan, measure
-  the offloaded layers, reserve, plan again.
+* Offload headroom: when anything is on cpu or disk, the *main* device (accelerate runs
+  offloaded layers there; :attr:`Solution.main`, by default the first accelerator holding
+  anything in forward order) keeps room for the largest offloaded layer, and the cpu keeps room
+  for the largest disk layer. For the contiguous fill, found by a fixpoint: plan, measure the
+  offloaded layers, reserve, plan again.
 * ``sequential`` fills each device as far as it goes; ``balanced`` minimises the largest device
   load (binary search on a load cap, each probe ``O(k log n)`` with prefix sums), then places
   each cut near ``remaining / devices left``; ``balanced_low_0`` puts as little as possible on
   the first device. Cuts next to a no-split block are preferred (a cut between two plain leaves,
   e.g. ``wte`` | ``wpe``, can separate tensors a parent's ``forward`` adds together).
 * If the contiguous plan offloads but the units fit on the accelerators when packed out of
-  order, the packed plan wins (an extra device boundary costs less than streaming weights). If
-  the contiguous plan cannot place everything, first-fit packings and then (for a few units) an
-  exact search are tried before :class:`NoFit` is raised.
+  order, the packed plan wins (an extra device boundary costs less than streaming weights).
+* Once something must be offloaded, :func:`.residency.search` looks for the placement with the
+  most bytes on accelerators (then the fewest on disk), choosing the headroom and the main
+  device; it replaces the contiguous plan only when strictly better, and :func:`arrange` lays
+  its units out contiguously when that fits. If nothing is found, first-fit packings are tried
+  before :class:`NoFit` is raised (with ``gave_up`` set when the search stopped at its limit).
 """
 
 from __future__ import annotations
