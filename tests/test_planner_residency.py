@@ -42,7 +42,7 @@ def full_depth(name: str) -> tuple[nn.Module, str | None]:
                 num_attention_heads=32,
                 num_key_value_heads=32,
                 vocab_size=32000,
-                tie_word_embeddings=name.endswith("tied"),
+                tie_word_embeddings=not name.endswith("untied"),
             )
             return T.LlamaForCausalLM(config), "bfloat16"
         if name == "t5-base":

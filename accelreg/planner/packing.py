@@ -460,21 +460,8 @@ def arrange(p: Problem, found: residency.Found) -> Solution:
                 caps[main] -= H
                 if caps[main] <= 0:
                     continue
-            runs = _Runs([p.sizes[u] for u in resident], [p.blocks[u] for u in resident], caps)
-            if not runs.feasible(0, 0):
-                continue
-            if p.strategy == "sequential":
-                cuts = runs.sequential()
-            elif p.strategy == "balanced_low_0":
-                cuts = runs.low_zero()
-            else:
-                cuts = runs.balanced()
-            start = 0
-            for d, e in enumerate(cuts):
-                for i in range(start, e):
-                    targets[resident[i]] = d
-                start = max(start, e)
-            if start == len(resident) and not validate(p, targets, main):
+            placed = _segment(p, resident, caps, targets)
+            if placed == len(resident) and not validate(p, targets, main):
                 return Solution(targets, "contiguous", main, H, found.staging, optimal=optimal)
     for members, row in zip(by_class, found.counts, strict=True):
         i = 0
@@ -539,21 +526,8 @@ def _contiguous(
     if on and not segment:
         for u, d in zip(on, device, strict=True):
             targets[u] = d
-    elif on:
-        runs = _Runs([sizes[u] for u in on], [p.blocks[u] for u in on], caps)
-        if p.strategy == "sequential":
-            cuts = runs.sequential()
-        elif p.strategy == "balanced_low_0":
-            cuts = runs.low_zero()
-        else:
-            cuts = runs.balanced()
-        start = 0
-        for d, e in enumerate(cuts):
-            for i in range(start, e):
-                targets[on[i]] = d
-            start = max(start, e)
-        if start < len(on):  # cannot happen: the greedy above proved the sequence fits
-            raise AssertionError("contiguous segmentation lost units")
+    elif on and _segment(p, on, caps, targets) < len(on):  # cannot happen: the greedy proved it fits
+        raise AssertionError("contiguous segmentation lost units")
     cpu_left = None if p.cpu is None else p.cpu - reserve_cpu
     disk_left = p.disk
     failed = []
@@ -570,6 +544,26 @@ def _contiguous(
     if failed:
         raise NoFit([f"{len(failed)} unit(s) fit nowhere"], failed)
     return targets
+
+
+def _segment(p: Problem, units: list[int], caps: list[int], targets: list[int]) -> int:
+    """Cut ``units`` (forward order) into runs over the devices with the strategy, writing each
+    one's device into ``targets``; returns how many were placed (all of them, when they fit)."""
+    runs = _Runs([p.sizes[u] for u in units], [p.blocks[u] for u in units], caps)
+    if not runs.feasible(0, 0):
+        return 0
+    if p.strategy == "sequential":
+        cuts = runs.sequential()
+    elif p.strategy == "balanced_low_0":
+        cuts = runs.low_zero()
+    else:
+        cuts = runs.balanced()
+    start = 0
+    for d, e in enumerate(cuts):
+        for i in range(start, e):
+            targets[units[i]] = d
+        start = max(start, e)
+    return start
 
 
 def _make_room(p: Problem, exc: NoFit, forced: list[bool], keep: list[bool]) -> bool:
