@@ -272,9 +272,10 @@ def optimum(p: packing.Problem) -> Optimum | None:
     tighter ones made it prune valid placements), so its feasible set contains every valid
     placement, and ``upper`` (its bound) is never too low, up to its objective tolerance of
     about a millionth (a 256-byte unit of a 9 GB plan can slip through). HiGHS's presolve has
-    also been seen to call a feasible model infeasible, so every model is solved with and
-    without it and the larger bound is kept. Ratios are taken against ``upper``, so they never
-    flatter the planner.
+    also been seen to call a feasible model infeasible, and a solve whose best placement
+    overshoots a budget by a few bytes bounds that overshooting model, not this one: so every
+    model is solved with and without presolve, and the tighter bound is kept. Ratios are taken
+    against ``upper``; a plan above it would fail the tests (it never has).
 
     ``resident``/``targets``/``disk`` describe a placement that passes the exact re-check
     (:func:`holds`). When the solver's best placements overshoot a budget by a few bytes, one
@@ -286,10 +287,13 @@ def optimum(p: packing.Problem) -> Optimum | None:
     found = [f for f in (_solve(p, None), _solve(p, None, presolve=False)) if f is not None]
     if not found:
         return None
-    upper = max(max(f.resident, f.bound or 0) for f in found)
+    # each solve's bound holds for its model within tolerance; the tighter one is kept (never
+    # below a placement that passes the exact check): a wrong one would show as a plan above it
+    upper = min(max(f.resident, f.bound or 0) for f in found)
     valid = [f for f in found if holds(p, f.targets, f.main)]
     if valid:
         best = max(valid, key=lambda f: f.resident)
+        upper = max(upper, best.resident)
     else:  # only placements that overshoot a budget by a few bytes
         tight = _solve(p, None, margin=2e-6) or _solve(p, None, margin=2e-6, presolve=False)
         witness = tight if tight is not None and holds(p, tight.targets, tight.main) else None
