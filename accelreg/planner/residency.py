@@ -215,6 +215,17 @@ class _Search:
             """Whether the cpu has room to stage class ``c`` (and every disk layer so far)."""
             return not staged or rooms[CPU] >= max(stage, layer[c])
 
+        def on_cpu_counts(c: int, left: int, hi: int, lo: int, then_disk: bool) -> range | list[int]:
+            """Counts of class ``c`` to try on the cpu, most first: when the rest would go to
+            disk, the cpu must keep room to stage it, so only counts that leave that room."""
+            if not (staged and then_disk):
+                return range(hi, lo - 1, -1)
+            s = size[c]
+            top = (rooms[CPU] - max(stage, layer[c])) // s  # most that leaves the staging room
+            counts = [left] if hi >= left else []  # all on the cpu: nothing to stage
+            counts += range(min(hi, left - 1, top), lo - 1, -1)
+            return counts
+
         def put(c: int, t: int, v: int) -> int:
             """Place ``v`` units of class ``c`` on ``t``; returns the stage it replaced."""
             nonlocal res, disk, stage
@@ -245,8 +256,10 @@ class _Search:
             for c in range(C):
                 left = count[c]
                 order, caps = targets(c)
-                for t, cap in zip(order, caps, strict=True):
+                for i, (t, cap) in enumerate(zip(order, caps, strict=True)):
                     v = min(left, cap)
+                    if t == CPU:
+                        v = next(iter(on_cpu_counts(c, left, v, 0, DISK in order[i + 1 :])), 0)
                     if v and t == DISK and not stageable(c):
                         break
                     put(c, t, v)
@@ -266,6 +279,17 @@ class _Search:
             if forced_suffix[c] > acc_room:
                 return
             s, m = size[c], count[c]
+            later = suffix[c + 1]
+            if s:  # a device fills with whole units of this class plus at most all smaller units
+                fill = 0
+                for r in rooms[:k]:
+                    if r > 0:
+                        part = (r // s) * s + later
+                        fill += r if r < part else part
+                more = m * s + later
+                bound = res + min(fill, more)
+                if bound < best.resident or (bound == best.resident and disk >= best.disk):
+                    return
             order, caps = targets(c)
             n = len(order)
             same = [
@@ -281,7 +305,6 @@ class _Search:
                 acc_after[i] = acc_after[i + 1] + (caps[i] if order[i] < k else 0)
                 fit_after[i] = fit_after[i + 1] + caps[i]
             base_res, base_disk = res, disk
-            later = suffix[c + 1]
             cpu_room = max(rooms[CPU] - stage, 0)
 
             def place(i: int, left: int, prev: int, placed: int) -> None:
@@ -328,7 +351,8 @@ class _Search:
                 more = placed * s + later
                 bound = base_res + (acc_room if acc_room < more else more)
                 free = acc_room - placed * s + (cpu_room if t == CPU else 0)
-                for v in range(hi, lo - 1, -1):
+                counts = on_cpu_counts(c, left, hi, lo, i + 1 < n) if t == CPU else range(hi, lo - 1, -1)
+                for v in counts:
                     spill = later - free + (v * s if t == CPU else 0)
                     disk_low = (
                         base_disk + (left - v) * s + (v * s if t == DISK else 0) + (spill if spill > 0 else 0)
