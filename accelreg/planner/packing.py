@@ -376,8 +376,8 @@ def solve(p: Problem, nodes: int | None = None) -> Solution:
 
         def finish(sol: Solution) -> Solution:
             targets = _contiguous(p, final[0], final[1], forced, keep)
-            if not validate(p, targets):
-                sol.targets = targets
+            if not validate(p, targets):  # the main device is the first used in forward order
+                sol.targets, sol.main = targets, _measure(p, targets)[0]
             return sol
 
     else:
