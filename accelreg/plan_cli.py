@@ -79,6 +79,15 @@ def add_plan_parser(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", metavar="FILE", help="draw per-device memory bars to FILE.png or FILE.svg")
+    p.add_argument(
+        "--explain", action="store_true", help="say why each offloaded unit could not stay on an accelerator"
+    )
+    p.add_argument(
+        "--search-limit",
+        metavar="NODES",
+        type=int,
+        help="nodes the search for the most accelerator-resident map may visit (default 20000)",
+    )
     p.set_defaults(func=_cmd_plan)
 
 
@@ -94,7 +103,7 @@ def _fail(args: argparse.Namespace, code: int, message: str, violations: tuple[s
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .planner import plan
-    from .planner.report import rows
+    from .planner.report import explain, rows
     from .sizes import format_size
 
     try:
@@ -124,6 +133,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             strategy=args.strategy,
             dtype=dtype,
             quantization=args.quantization,
+            search_limit=args.search_limit,
         )
         plan_s = time.perf_counter() - started
     except UsageError as exc:
@@ -144,8 +154,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         except OSError as exc:  # the plan is still good: print it, then say why there is no plot
             plot_error = f"--plot {args.plot!r}: cannot write the file: {exc.strerror or exc}"
 
+    explained = explain(result, args.search_limit) if args.explain else None
     if args.json:
         data = result.as_dict()
+        if explained is not None:
+            data["explain"] = explained
         data.update(
             model=args.model,
             built=built,
@@ -169,10 +182,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     )
     print()
     print(_table(rows(result), ["place", "used", "budget", "headroom", "share", "layers"]))
+    on = f"on accelerators: {format_size(result.resident)} of {format_size(result.total)} ({100 * result.resident_share:.1f} %)"
+    if result.main_device is not None:
+        on += f"; main device {result.main_device} runs the offloaded layers"
+    if result.optimal is not None:
+        on += "; no map keeps more" if result.optimal else "; the search stopped at its limit"
+    print(on)
     if any(usage.headroom for usage in result.places):
         print("headroom: space reserved (not free) to run the largest offloaded layer on that device")
     for note in result.notes:
         print(f"note: {note}")
+    if explained is not None:
+        print()
+        print("why:")
+        for line in explained:
+            print(f"  {line}")
     print()
     print("device_map:")
     width = max((len(k) for k in result.device_map), default=0)

@@ -5,7 +5,8 @@
     python benchmarks/bench_planner.py --json     # machine-readable
     python benchmarks/bench_planner.py --scan     # validity of every planner's maps, every LM class
 
-Same model, same budgets, one process; each figure is the median of several runs (``repeat``).
+Same model, same budgets, one process; each figure is the median of several runs (``repeat``);
+the Llama rows time the planners in alternation, one call of each per round.
 Building the meta model is the caller's cost and is timed separately. Upstream logs a warning
 for every int device key it cannot see on this CPU-only machine; those loggers are silenced so
 that upstream is timed at its best. Upstream gets int keys (it knows no others); accelreg gets
@@ -49,6 +50,18 @@ def median_s(fn: Callable[[], object], repeat: int) -> float:
         fn()
         runs.append(time.perf_counter() - start)
     return statistics.median(runs)
+
+
+def interleaved_s(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Median seconds per call of each function, timed in alternation (one call of each per
+    round), so that load on a shared machine hits every planner alike."""
+    runs: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            runs[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) for name, times in runs.items()}
 
 
 def npu(budgets: dict[Any, int]) -> dict[str, int]:
@@ -152,10 +165,12 @@ def bench_llama(repeat: int) -> list[dict[str, Any]]:
         budgets.update(cpu=total // 10, disk=total)
         no_split = sorted(model._no_split_modules)
         row: dict[str, Any] = {"model": f"Llama-{shape}", "build_s": build}
-        for name, fn in upstream(model, budgets, no_split).items():
-            row[name] = median_s(fn, repeat)
         ours = npu(budgets)
-        row["accelreg"] = median_s(lambda m=model, b=ours: accelreg.plan_device_map(m, b), repeat)
+        fns = dict(upstream(model, budgets, no_split))
+        fns["accelreg"] = lambda m=model, b=ours: accelreg.plan_device_map(m, b)
+        for fn in fns.values():  # warm up: first calls pay for imports and caches
+            fn()
+        row.update(interleaved_s(fns, repeat))
         row["ratio"] = row["accelreg"] / min(row["accelerate"], row["transformers"])
         rows.append(row)
     return rows

@@ -1,8 +1,9 @@
 """Property-based tests: random module trees, ties, buffers, no-split classes and budgets.
 
-Every map the planner returns passes ``check_device_map`` and an independent oracle; when the
-planner says "does not fit", a brute force over every assignment agrees, and when the brute
-force finds a fit, so does the planner.
+Every map the planner returns passes ``check_device_map`` and an independent oracle, and keeps
+exactly as many bytes on accelerators as the best map a brute force over every assignment and
+every main device finds; when the planner says "does not fit", the brute force agrees, and when
+the brute force finds a fit, so does the planner.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 import accelreg
-from accelreg.planner import plan
+from accelreg.planner import packing, plan
 
-from .test_planner_support import atoms, brute_force, oracle_valid, violations
+from .test_planner_reference import exhaustive, holds
+from .test_planner_support import atoms, brute_force, most_resident, oracle_valid, violations
 
 # Sibling names chosen so that string tests go wrong: "h.1" is a string prefix of "h.10",
 # "head" a substring of "lm_head".
@@ -115,19 +117,25 @@ NO_SPLIT = frozenset({"Block"})
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(scenarios())
-def test_every_plan_is_valid_and_no_fit_agrees_with_brute_force(case):
+def test_every_plan_is_valid_optimal_and_no_fit_agrees_with_brute_force(case):
     model, caller, budgets, strategy = case
     if len(atoms(model, NO_SPLIT)) > 8:
         return  # brute force stays cheap; the trees are drawn small enough that this is rare
     try:
-        device_map = accelreg.plan_device_map(
+        result = plan(
             model, budgets, no_split_module_classes=["Block"], strategy=strategy, tied_parameters=caller
         )
     except accelreg.DeviceMapError as exc:
         assert exc.violations, "a no-fit error says where and by how much"
+        assert "search limit" not in str(exc), "a few units never exhaust the search"
         found = brute_force(model, budgets, NO_SPLIT, caller)
         assert found is None, f"planner found no fit, brute force found {found} for {budgets}"
         return
+    device_map = result.device_map
+    best = most_resident(model, budgets, NO_SPLIT, caller)
+    assert best is not None, f"the brute force finds no valid map, the planner did: {device_map}"
+    assert result.optimal is not False, "a few units never exhaust the search"
+    assert result.resident == best[0], (result.resident, best, device_map, budgets)
     assert (
         violations(model, device_map, budgets, no_split_module_classes=["Block"], tied_parameters=caller)
         == ()
@@ -193,3 +201,44 @@ def test_tied_tensors_in_prefix_sharing_siblings_are_found_by_identity():
     assert violations(root, device_map, budgets) == ()
     place = plan(root, budgets, strategy="sequential").places
     assert sum(u.used for u in place) == 4 * 20 * 3  # the shared weight counted once
+
+
+# -- the packing core against exhaustive enumeration ---------------------------------------
+@st.composite
+def problems(draw):
+    """Units (size, largest layer, offload rights), accelerators, cpu and disk budgets."""
+    n = draw(st.integers(1, 6))
+    sizes = draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
+    layers = [draw(st.integers(min(1, s), s)) for s in sizes]
+    k = draw(st.integers(0, 3))
+    return packing.Problem(
+        sizes=sizes,
+        layers=layers,
+        blocks=draw(st.lists(st.booleans(), min_size=n, max_size=n)),
+        cpu_ok=[True] * n if draw(st.booleans()) else draw(st.lists(st.booleans(), min_size=n, max_size=n)),
+        disk_ok=draw(st.lists(st.booleans(), min_size=n, max_size=n)),
+        caps=draw(st.lists(st.integers(0, 24), min_size=k, max_size=k)),
+        cpu=draw(st.one_of(st.none(), st.integers(0, 30))),
+        disk=draw(st.one_of(st.none(), st.none(), st.integers(0, 30))),
+        strategy=draw(st.sampled_from(packing.STRATEGIES)),
+    )
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_the_solver_keeps_the_most_bytes_any_placement_can(p):
+    """Most accelerator-resident bytes, with the main device chosen: equal to an exhaustive
+    enumeration of every placement and main device (test_planner_reference.exhaustive)."""
+    exact = exhaustive(p)
+    best = None if exact is None else exact[0]
+    try:
+        solution = packing.solve(p)
+    except packing.NoFit as exc:
+        assert exc.gave_up is None, "a few units never exhaust the search"
+        assert best is None, f"no fit claimed, but {best} bytes can stay on accelerators"
+        return
+    assert not packing.validate(p, solution.targets, solution.main), solution
+    assert holds(p, solution.targets, solution.main)
+    resident = sum(s for s, t in zip(p.sizes, solution.targets, strict=True) if t < p.k)
+    assert resident == best, (resident, best, solution)
+    assert solution.optimal is not False

@@ -1,5 +1,6 @@
 """Helpers shared by the planner tests (no tests here): meta models, budgets, an independent
-brute-force feasibility oracle, and translation of upstream (int-keyed) maps and budgets."""
+brute-force oracle (feasibility and the most accelerator-resident map), and translation of
+upstream (int-keyed) maps and budgets."""
 
 from __future__ import annotations
 
@@ -189,7 +190,30 @@ def brute_force(
     ties: list[list[str]] = (),  # type: ignore[assignment]
     limit: int = 200_000,
 ) -> dict[str, str] | None:
-    """A valid map found by trying every assignment of pieces to places, or ``None``."""
+    """A valid map found by trying every assignment of pieces to places and every main device,
+    or ``None``. The map lists its main device first (the rule the planner and accelreg's
+    dispatch wrapper follow)."""
+    return next((out for out, _ in _valid_maps(model, budgets, no_split, ties, limit)), None)
+
+
+def most_resident(
+    model: nn.Module,
+    budgets: Mapping[str, int],
+    no_split: frozenset[str] = frozenset(),
+    ties: list[list[str]] = (),  # type: ignore[assignment]
+    limit: int = 200_000,
+) -> tuple[int, dict[str, str]] | None:
+    """``(bytes on accelerators, map)`` of a valid map that keeps the most bytes on
+    accelerators, over every assignment and main device; ``None`` when no map is valid."""
+    best = None
+    for out, held in _valid_maps(model, budgets, no_split, ties, limit):
+        if best is None or held > best[0]:
+            best = (held, out)
+    return best
+
+
+def _valid_maps(model, budgets, no_split, ties, limit):
+    """Every valid map with the bytes it keeps on accelerators, as ``(map, bytes)``."""
     pieces = atoms(model, no_split)
     places = list(budgets)
     accelerators = [p for p in places if p not in ("cpu", "disk")]
@@ -239,32 +263,48 @@ def brute_force(
             raise RuntimeError("brute force too large")
         place_of_group = dict(zip(groups, choice, strict=True))
         assign = [places[place_of_group[find(i)]] for i in range(len(pieces))]
-        if valid(pieces, assign, budgets, accelerators, storage, nbytes, piece_size):
-            out: dict[str, str] = {}
-            for i, (keys, _) in enumerate(pieces):
-                for k in keys:
-                    out[k] = assign[i]
-            return out
-    return None
+        main = valid(pieces, assign, budgets, accelerators, storage, nbytes, piece_size)
+        if main is False:
+            continue
+        out: dict[str, str] = {}
+        for i, (keys, _) in enumerate(pieces):
+            for k in keys:
+                out[k] = assign[i]
+        if isinstance(main, str):  # the main device's first key leads the map
+            lead = next(k for k, v in out.items() if v == main)
+            out = {lead: main, **{k: v for k, v in out.items() if k != lead}}
+        yield out, resident_bytes(pieces, assign, accelerators, storage, nbytes)
 
 
-def valid(pieces, assign, budgets, accelerators, storage, nbytes, piece_size) -> bool:
+def resident_bytes(pieces, assign, accelerators, storage, nbytes) -> int:
+    held: dict[tuple[str, int], int] = {}
+    for i, (_, items) in enumerate(pieces):
+        if assign[i] in accelerators:
+            for _, t in items:
+                held[(assign[i], storage(t))] = nbytes(t)
+    return sum(held.values())
+
+
+def valid(pieces, assign, budgets, accelerators, storage, nbytes, piece_size, main=None) -> str | bool:
+    """Whether ``assign`` obeys the budgets with offload headroom on the main device: ``main``
+    when given, else any accelerator that holds something. Returns the main device that works
+    (``True`` when none is needed), or ``False``."""
     loads: dict[str, dict[int, int]] = {p: {} for p in budgets}
     for i, (_, items) in enumerate(pieces):
         for _, t in items:
             loads[assign[i]][storage(t)] = nbytes(t)
-    main = next((assign[i] for i in range(len(pieces)) if assign[i] in accelerators), None)
+    used = [p for p in accelerators if loads[p]]
     off = max((piece_size(i) for i in range(len(pieces)) if assign[i] in ("cpu", "disk")), default=0)
     disk = max((piece_size(i) for i in range(len(pieces)) if assign[i] == "disk"), default=0)
-    for place, cap in budgets.items():
-        need = sum(loads[place].values())
-        if place == main:
-            need += off
-        if place == "cpu":
-            need += disk
-        if need > cap:
-            return False
-    return True
+    need = {place: sum(loads[place].values()) for place in budgets}
+    if "cpu" in need:
+        need["cpu"] += disk
+    if any(need[p] > budgets[p] for p in budgets):
+        return False
+    if not off or not used:
+        return True
+    candidates = [main] if main is not None else used
+    return next((m for m in candidates if m in used and need[m] + off <= budgets[m]), False)
 
 
 def oracle_valid(
@@ -313,4 +353,5 @@ def oracle_valid(
         return sum(seen.values())
 
     accelerators = [p for p in budgets if p not in ("cpu", "disk")]
-    return valid(pieces, assign, budgets, accelerators, storage, nbytes, piece_size)
+    main = next((v for v in device_map.values() if v not in ("cpu", "disk")), None)  # first in the map
+    return valid(pieces, assign, budgets, accelerators, storage, nbytes, piece_size, main) is not False

@@ -21,8 +21,20 @@ __all__ = ["emit", "expand", "place_of"]
 _SHOWN = 20
 
 
-def emit(layout: Layout, places: list[str]) -> dict[str, str]:
-    """The coarsest device map giving tensor ``t`` the place ``places[t]``."""
+def emit(layout: Layout, places: list[str], main: str | None = None) -> dict[str, str]:
+    """The coarsest device map giving tensor ``t`` the place ``places[t]``, in forward order;
+    with ``main``, the first key on that device is moved to the front, so that it is the map's
+    first accelerator (where accelerate runs offloaded layers)."""
+    out = _coarsest(layout, places)
+    if main is not None:
+        first = next((key for key, place in out.items() if place not in ("cpu", "disk")), None)
+        if first is not None and out[first] != main:
+            lead = next(key for key, place in out.items() if place == main)
+            out = {lead: main, **{key: place for key, place in out.items() if key != lead}}
+    return out
+
+
+def _coarsest(layout: Layout, places: list[str]) -> dict[str, str]:
     n = len(places)
     if n == 0:
         return {}

@@ -10,19 +10,23 @@ The rules (see docs/planner.md):
 * Accelerators are filled in order; forward order is contiguous: the accelerator index never
   decreases along the sequence. A unit that fits on no remaining accelerator goes to the cpu
   (then disk) while the units after it stay on accelerators.
-* Offload headroom: when anything is on cpu or disk, the *main* device (the first accelerator
-  holding anything; accelerate runs offloaded layers there) keeps room for the largest offloaded
-  layer, and the cpu keeps room for the largest disk layer. Found by a fixpoint: plan, measure
-  the offloaded layers, reserve, plan again.
+* Offload headroom: when anything is on cpu or disk, the *main* device (accelerate runs
+  offloaded layers there; :attr:`Solution.main`, by default the first accelerator holding
+  anything in forward order) keeps room for the largest offloaded layer, and the cpu keeps room
+  for the largest disk layer. For the contiguous fill, found by a fixpoint: plan, measure the
+  offloaded layers, reserve, plan again.
 * ``sequential`` fills each device as far as it goes; ``balanced`` minimises the largest device
   load (binary search on a load cap, each probe ``O(k log n)`` with prefix sums), then places
   each cut near ``remaining / devices left``; ``balanced_low_0`` puts as little as possible on
   the first device. Cuts next to a no-split block are preferred (a cut between two plain leaves,
   e.g. ``wte`` | ``wpe``, can separate tensors a parent's ``forward`` adds together).
 * If the contiguous plan offloads but the units fit on the accelerators when packed out of
-  order, the packed plan wins (an extra device boundary costs less than streaming weights). If
-  the contiguous plan cannot place everything, first-fit packings and then (for a few units) an
-  exact search are tried before :class:`NoFit` is raised.
+  order, the packed plan wins (an extra device boundary costs less than streaming weights).
+* Once something must be offloaded, :func:`.residency.search` looks for the placement with the
+  most bytes on accelerators (then the fewest on disk), choosing the headroom and the main
+  device; it replaces the contiguous plan only when strictly better, and :func:`arrange` lays
+  its units out contiguously when that fits. If nothing is found, first-fit packings are tried
+  before :class:`NoFit` is raised (with ``gave_up`` set when the search stopped at its limit).
 """
 
 from __future__ import annotations
@@ -31,12 +35,11 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from . import residency
+
 __all__ = ["NoFit", "Problem", "Solution", "solve", "validate"]
 
 STRATEGIES = ("balanced", "balanced_low_0", "sequential")
-#: Exact search is tried for at most this many units (and this many search nodes).
-EXACT_UNITS = 16
-EXACT_NODES = 200_000
 _MAX_ROUNDS = 100
 
 
@@ -61,7 +64,11 @@ class Problem:
 
 @dataclass
 class Solution:
-    """A target per unit, and how it was found."""
+    """A target per unit, and how it was found.
+
+    ``main`` is the main device (``None``: nothing offloaded, or nothing on an accelerator);
+    ``optimal`` is True when no placement keeps more bytes on the accelerators (then fewer on
+    disk), False when a search stopped at its node limit, None when nothing was offloaded."""
 
     targets: list[int]
     method: str
@@ -69,15 +76,18 @@ class Solution:
     reserve: int = 0
     reserve_cpu: int = 0
     notes: list[str] = field(default_factory=list)
+    optimal: bool | None = None
 
 
 class NoFit(Exception):
-    """No placement satisfies the budgets; ``reasons`` says why, one line each."""
+    """No placement satisfies the budgets; ``reasons`` says why, one line each. ``gave_up`` is
+    the node limit when a search stopped there (then "no fit" is not proven)."""
 
-    def __init__(self, reasons: list[str], failed: list[int]) -> None:
+    def __init__(self, reasons: list[str], failed: list[int], gave_up: int | None = None) -> None:
         super().__init__("; ".join(reasons))
         self.reasons = reasons
         self.failed = failed
+        self.gave_up = gave_up
         #: ``(unit, device, shortfall)`` for units that must stay on an accelerator but found no room
         self.needs: list[tuple[int, int, int]] = []
         self.on: list[int] = []
@@ -85,14 +95,16 @@ class NoFit(Exception):
 
 
 # -- validity -----------------------------------------------------------------------------
-def validate(p: Problem, targets: Sequence[int]) -> list[str]:
-    """Every broken budget or placement rule of ``targets``, as ``(kind, detail)`` lines."""
+def validate(p: Problem, targets: Sequence[int], main: int | None = None) -> list[str]:
+    """Every broken budget or placement rule of ``targets``, one line each. ``main`` is the main
+    device (it must hold something); by default the first accelerator used in forward order."""
     k = p.k
     cpu_t, disk_t = k, k + 1
     loads = [0] * (k + 2)
-    main = None
     off_layer = disk_layer = 0
     problems: list[str] = []
+    if main is not None and main not in targets:
+        problems.append(f"main device {main} holds nothing")
     for u, t in enumerate(targets):
         s = p.sizes[u]
         loads[t] += s
@@ -306,8 +318,10 @@ class _Runs:
 
 
 # -- the solver ---------------------------------------------------------------------------
-def solve(p: Problem) -> Solution:
-    """Place every unit of ``p`` (see the module docstring); raises :class:`NoFit`."""
+def solve(p: Problem, nodes: int | None = None) -> Solution:
+    """Place every unit of ``p`` (see the module docstring); raises :class:`NoFit`. ``nodes``
+    limits the search for the most resident placement (default :data:`~.residency.SEARCH_NODES`)."""
+    nodes = residency.SEARCH_NODES if nodes is None else nodes
     if p.strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {p.strategy!r}")
     n, k = len(p.sizes), p.k
@@ -319,6 +333,10 @@ def solve(p: Problem) -> Solution:
     excluded: set[int] = set()
     failure: NoFit | None = None
     contiguous: Solution | None = None
+    # The strategy's redistribution over the devices changes neither which units are offloaded
+    # nor (but for balanced_low_0) the first device: it is done once, for the plan returned.
+    segment = p.strategy == "balanced_low_0"
+    final: tuple[list[int], int] | None = None
     for _ in range(_MAX_ROUNDS):
         caps = [0 if d in excluded else c for d, c in enumerate(p.caps)]
         main = next((d for d in range(k) if caps[d] > 0), None)
@@ -328,7 +346,7 @@ def solve(p: Problem) -> Solution:
                 continue
             caps[main] -= reserve
         try:
-            targets = _contiguous(p, caps, reserve_cpu, forced, keep)
+            targets = _contiguous(p, caps, reserve_cpu, forced, keep, segment)
         except NoFit as exc:
             failure = exc
             if exc.needs:  # kept units found no room: offload what precedes them instead
@@ -351,33 +369,118 @@ def solve(p: Problem) -> Solution:
             contiguous = Solution(
                 targets, "contiguous", used_main, reserve if used_main is not None else 0, reserve_cpu
             )
+            final = (caps, reserve_cpu)
             break
         reserve, reserve_cpu = max(reserve, off), max(reserve_cpu, disk)
+    if contiguous is not None and not segment and final is not None:
+
+        def finish(sol: Solution) -> Solution:
+            targets = _contiguous(p, final[0], final[1], forced, keep)
+            if not validate(p, targets):  # the main device is the first used in forward order
+                sol.targets, sol.main = targets, _measure(p, targets)[0]
+            return sol
+
+    else:
+
+        def finish(sol: Solution) -> Solution:
+            return sol
+
+    if contiguous is not None and not any(t >= k for t in contiguous.targets):
+        return finish(contiguous)
+    if contiguous is not None and sum(p.sizes) <= sum(p.caps):
+        packed = _pack_on_accelerators(p)
+        if packed is not None:
+            packed.notes.append("packed out of forward order: the contiguous plan would have offloaded")
+            return packed
+    # Something must be offloaded (or no contiguous plan exists): keep the most on accelerators.
+    at_least = None if contiguous is None else _resident(p, contiguous.targets)
+    found = residency.search(
+        p.sizes, p.layers, p.cpu_ok, p.disk_ok, p.caps, p.cpu, p.disk, at_least=at_least, nodes=nodes
+    )
+    if found.counts is not None:
+        sol = arrange(p, found)
+        if contiguous is not None:
+            sol.notes.append(
+                "kept more on the accelerators than the contiguous plan"
+                + ("" if sol.method == "contiguous" else ", packing out of forward order")
+            )
+        elif sol.method != "contiguous":
+            sol.notes.append("packed out of forward order: no contiguous plan fits")
+        return sol
     if contiguous is not None:
-        if any(t >= k for t in contiguous.targets) and sum(p.sizes) <= sum(p.caps):
-            packed = _pack_on_accelerators(p)
-            if packed is not None:
-                packed.notes.append("packed out of forward order: the contiguous plan would have offloaded")
-                return packed
-        return contiguous
+        contiguous.optimal = not found.cut
+        return finish(contiguous)
     for packer in (_first_fit_forward, _first_fit_decreasing):
         sol = _with_headroom(p, packer)
         if sol is not None:
             sol.notes.append("packed out of forward order: no contiguous plan fits")
+            sol.optimal = False
             return sol
-    if n <= EXACT_UNITS:
-        sol = _exact(p)
-        if sol is not None:
-            sol.notes.append("found by exact search: no contiguous or first-fit plan fits")
-            return sol
-        raise failure or NoFit(["no placement satisfies every budget (exact search)"], [])
+    if found.cut:
+        raise NoFit(
+            ["no plan found within the search limit"], failure.failed if failure else [], gave_up=nodes
+        )
     raise failure or NoFit(["no placement satisfies every budget"], [])
 
 
+def _resident(p: Problem, targets: Sequence[int]) -> tuple[int, int]:
+    """``(bytes on accelerators, bytes on disk)``."""
+    k = p.k
+    on = sum(p.sizes[u] for u, t in enumerate(targets) if t < k)
+    disk = sum(p.sizes[u] for u, t in enumerate(targets) if t == k + 1)
+    return on, disk
+
+
+def arrange(p: Problem, found: residency.Found) -> Solution:
+    """Units for the search's counts: the last units of each class are the offloaded ones; the
+    resident ones run contiguously over the devices (with the strategy) when that fits, the main
+    device keeping the headroom; otherwise each device takes its counts in forward order."""
+    assert found.counts is not None and found.members is not None
+    k, n = p.k, len(p.sizes)
+    targets = [0] * n
+    resident: list[int] = []
+    by_class: list[list[int]] = []
+    for row, members in zip(found.counts, found.members, strict=True):
+        on = sum(row[:k])
+        by_class.append(members[:on])
+        resident.extend(members[:on])
+        rest = members[on:]
+        for u in rest[: row[k]]:
+            targets[u] = k
+        for u in rest[row[k] :]:
+            targets[u] = k + 1
+    resident.sort()
+    H = found.headroom
+    optimal = not found.cut
+    if resident:
+        candidates = list(range(k)) if H else [None]
+        for main in candidates:
+            caps = list(p.caps)
+            if main is not None:
+                caps[main] -= H
+                if caps[main] <= 0:
+                    continue
+            placed = _segment(p, resident, caps, targets)
+            if placed == len(resident) and not validate(p, targets, main):
+                return Solution(targets, "contiguous", main, H, found.staging, optimal=optimal)
+    for members, row in zip(by_class, found.counts, strict=True):
+        i = 0
+        for d in range(k):
+            for u in members[i : i + row[d]]:
+                targets[u] = d
+            i += row[d]
+    main = found.main
+    if validate(p, targets, main):  # pragma: no cover - the search only returns valid counts
+        raise AssertionError(f"search produced an invalid placement: {validate(p, targets, main)}")
+    return Solution(targets, "packed", main, H, found.staging, optimal=optimal)
+
+
 def _contiguous(
-    p: Problem, caps: list[int], reserve_cpu: int, forced: list[bool], keep: list[bool]
+    p: Problem, caps: list[int], reserve_cpu: int, forced: list[bool], keep: list[bool], segment: bool = True
 ) -> list[int]:
-    """One contiguous placement for fixed caps; raises :class:`NoFit` with what went wrong."""
+    """One contiguous placement for fixed caps; raises :class:`NoFit` with what went wrong.
+    Without ``segment`` the accelerators keep the greedy fill (same units on and off them,
+    same first device) instead of the strategy's redistribution."""
     n, k = len(p.sizes), p.k
     sizes = p.sizes
     suffix = [0] * (k + 1)
@@ -420,21 +523,11 @@ def _contiguous(
         exc.needs, exc.on, exc.device = needs, on, device
         raise exc
     targets = [0] * n
-    if on:
-        runs = _Runs([sizes[u] for u in on], [p.blocks[u] for u in on], caps)
-        if p.strategy == "sequential":
-            cuts = runs.sequential()
-        elif p.strategy == "balanced_low_0":
-            cuts = runs.low_zero()
-        else:
-            cuts = runs.balanced()
-        start = 0
-        for d, e in enumerate(cuts):
-            for i in range(start, e):
-                targets[on[i]] = d
-            start = max(start, e)
-        if start < len(on):  # cannot happen: the greedy above proved the sequence fits
-            raise AssertionError("contiguous segmentation lost units")
+    if on and not segment:
+        for u, d in zip(on, device, strict=True):
+            targets[u] = d
+    elif on and _segment(p, on, caps, targets) < len(on):  # cannot happen: the greedy proved it fits
+        raise AssertionError("contiguous segmentation lost units")
     cpu_left = None if p.cpu is None else p.cpu - reserve_cpu
     disk_left = p.disk
     failed = []
@@ -451,6 +544,26 @@ def _contiguous(
     if failed:
         raise NoFit([f"{len(failed)} unit(s) fit nowhere"], failed)
     return targets
+
+
+def _segment(p: Problem, units: list[int], caps: list[int], targets: list[int]) -> int:
+    """Cut ``units`` (forward order) into runs over the devices with the strategy, writing each
+    one's device into ``targets``; returns how many were placed (all of them, when they fit)."""
+    runs = _Runs([p.sizes[u] for u in units], [p.blocks[u] for u in units], caps)
+    if not runs.feasible(0, 0):
+        return 0
+    if p.strategy == "sequential":
+        cuts = runs.sequential()
+    elif p.strategy == "balanced_low_0":
+        cuts = runs.low_zero()
+    else:
+        cuts = runs.balanced()
+    start = 0
+    for d, e in enumerate(cuts):
+        for i in range(start, e):
+            targets[units[i]] = d
+        start = max(start, e)
+    return start
 
 
 def _make_room(p: Problem, exc: NoFit, forced: list[bool], keep: list[bool]) -> bool:
@@ -540,51 +653,3 @@ def _with_headroom(p: Problem, packer) -> Solution | None:
                 break  # the reserves are in place but the main device differs: try another
             reserve, reserve_cpu = max(reserve, off), max(reserve_cpu, disk)
     return None
-
-
-def _exact(p: Problem) -> Solution | None:
-    """Depth-first search over every placement (largest units first), checking each leaf."""
-    n, k = len(p.sizes), p.k
-    order = sorted(range(n), key=lambda u: -p.sizes[u])
-    places = list(range(k)) + ([k] if p.cpu is not None else []) + ([k + 1] if p.disk is not None else [])
-    free = {t: (p.caps[t] if t < k else p.cpu if t == k else p.disk) for t in places}
-    targets = [0] * n
-    nodes = 0
-
-    def go(i: int) -> bool:
-        nonlocal nodes
-        nodes += 1
-        if nodes > EXACT_NODES:
-            raise _Budget
-        if i == n:
-            return not validate(p, targets)
-        u = order[i]
-        s = p.sizes[u]
-        tried_empty: set[int] = set()
-        for t in places:
-            if (t == k and not p.cpu_ok[u]) or (t == k + 1 and not p.disk_ok[u]):
-                continue
-            if free[t] < s:
-                continue
-            if t < k and free[t] == p.caps[t]:  # empty accelerators with equal caps are interchangeable
-                if p.caps[t] in tried_empty:
-                    continue
-                tried_empty.add(p.caps[t])
-            free[t] -= s
-            targets[u] = t
-            if go(i + 1):
-                return True
-            free[t] += s
-        return False
-
-    try:
-        if go(0):
-            main, off, disk = _measure(p, targets)
-            return Solution(list(targets), "exact", main, off, disk)
-    except _Budget:
-        return None
-    return None
-
-
-class _Budget(Exception):
-    pass

@@ -65,6 +65,23 @@ class Plan:
     dtype: str | None = None
     notes: list[str] = field(default_factory=list)
     layout: Layout | None = field(default=None, repr=False)
+    #: The accelerator that runs offloaded layers (the map's first accelerator), or ``None``.
+    main_device: str | None = None
+    #: ``True``: no valid map keeps more bytes on the accelerators (then fewer on disk);
+    #: ``False``: the search stopped at its limit first; ``None``: nothing is offloaded.
+    optimal: bool | None = None
+    #: The packing problem the map solves (units in forward order), for explanations.
+    problem: packing.Problem | None = field(default=None, repr=False)
+
+    @property
+    def resident(self) -> int:
+        """Bytes on accelerators."""
+        return sum(u.used for u in self.places if u.place not in ("cpu", "disk"))
+
+    @property
+    def resident_share(self) -> float:
+        """Share of the model's bytes on accelerators (1.0 for an empty model)."""
+        return self.resident / self.total if self.total else 1.0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready data (what ``accelreg plan --json`` prints)."""
@@ -72,6 +89,10 @@ class Plan:
             "device_map": dict(self.device_map),
             "places": [p.as_dict() for p in self.places],
             "total": self.total,
+            "resident": self.resident,
+            "resident_share": self.resident_share,
+            "main_device": self.main_device,
+            "optimal": self.optimal,
             "strategy": self.strategy,
             "method": self.method,
             "quantization": self.quantization,
@@ -161,8 +182,13 @@ def plan(
     dtype: Any = None,
     tied_parameters: Sequence[Sequence[str]] | None = None,
     quantization: str | None = None,
+    search_limit: int | None = None,
 ) -> Plan:
     """Plan a device map and report what goes where (see :func:`plan_device_map`)."""
+    if search_limit is not None and (
+        isinstance(search_limit, bool) or not isinstance(search_limit, int) or search_limit < 1
+    ):
+        raise ValueError(f"search_limit must be a positive int (search nodes), not {search_limit!r}")
     strategy = _strategy(strategy)
     budgets = registry_budgets() if max_memory is None else parse_budgets(max_memory)
     layout, method, _ = analyze(
@@ -186,7 +212,7 @@ def plan(
         strategy=strategy,
     )
     try:
-        solution = packing.solve(problem)
+        solution = packing.solve(problem, search_limit)
     except packing.NoFit as exc:
         raise _no_fit(layout, budgets, problem, method, exc) from None
     k = len(caps)
@@ -194,9 +220,10 @@ def plan(
     unit_place = [names[t] for t in solution.targets]
     atom_unit, tensor_atom = layout.atom_unit, layout.tensor_atom
     places = [unit_place[atom_unit[tensor_atom[t]]] for t in range(len(layout.names))]
-    device_map = emit(layout, places)
+    main = None if solution.main is None else names[solution.main]
+    device_map = emit(layout, places, main=main)
     usage = _usage(layout, device_map, places, budgets)
-    leftover = packing.validate(problem, solution.targets)
+    leftover = packing.validate(problem, solution.targets, solution.main)
     if leftover:  # pragma: no cover - the solver only returns valid placements
         raise AssertionError(f"planner produced an invalid placement: {leftover}")
     notes = list(solution.notes)
@@ -215,6 +242,9 @@ def plan(
         dtype=None if layout.dtype is None else str(layout.dtype).removeprefix("torch."),
         notes=notes,
         layout=layout,
+        main_device=check.main_device(device_map) if any(t >= k for t in solution.targets) else None,
+        optimal=solution.optimal,
+        problem=problem,
     )
 
 
@@ -298,6 +328,17 @@ def _no_fit(
     if not lines:
         lines = list(exc.reasons)
     summary = f"cannot place the model ({format_size(total)}) within max_memory ({shown})"
+    if exc.gave_up is not None and total <= capacity and biggest_cap:
+        lines.append(
+            f"the search stopped at its limit of {exc.gave_up:,} nodes before finding a placement; "
+            f"raise it with accelreg.planner.plan(..., search_limit={10 * exc.gave_up}) "
+            f"(or plan_device_map(..., search_limit=...), accelreg plan --search-limit {10 * exc.gave_up})"
+        )
+        return DeviceMapError(
+            f"no plan found within the search limit ({exc.gave_up:,} nodes) for the model ({format_size(total)}) "
+            f"within max_memory ({shown}); a placement may exist: raise search_limit",
+            lines,
+        )
     if total > capacity:
         summary += f": short by {format_size(total - capacity)}"
     elif biggest_cap == 0:
@@ -319,6 +360,7 @@ def plan_device_map(
     dtype: Any = None,
     tied_parameters: Sequence[Sequence[str]] | None = None,
     quantization: str | None = None,
+    search_limit: int | None = None,
 ) -> dict[str, str]:
     """A device map for ``model`` (normally on the meta device) within ``max_memory``.
 
@@ -334,6 +376,8 @@ def plan_device_map(
         tied_parameters: Extra groups of tensor names that must share a place (and storage).
         quantization: ``"8bit"`` / ``"4bit"`` (bitsandbytes) to size and place the model as
             quantized; ``None`` detects it; ``False`` turns detection off.
+        search_limit: Nodes the search for the most accelerator-resident map may visit once
+            something must be offloaded (default ``accelreg.planner.residency.SEARCH_NODES``).
 
     Returns:
         Module (or tensor) names -> ``"npu:0"``, ``"cpu"`` or ``"disk"``.
@@ -350,6 +394,7 @@ def plan_device_map(
         dtype=dtype,
         tied_parameters=tied_parameters,
         quantization=quantization,
+        search_limit=search_limit,
     ).device_map
 
 

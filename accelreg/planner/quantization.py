@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..placement import QUANT_METHODS, placement_rule
+from ..placement import QUANT_METHODS, names_class, placement_rule
 
 __all__ = ["apply_quantization", "detect_method"]
 
@@ -146,12 +146,11 @@ def apply_quantization(model: Any, layout: Any, method: str, backend: str, *, re
     import torch
 
     rule = placement_rule(backend, method)
-    classes = set(rule.module_classes)
     patterns: list[str] = [] if replaced_only else _skip_patterns(model, layout)
     count = 0
     for m, module in enumerate(layout.modules):
         cls = type(module)
-        is_bnb = bool(_class_names(cls) & classes) if cls.__module__.startswith("bitsandbytes") else False
+        is_bnb = names_class(rule.module_classes, cls) if cls.__module__.startswith("bitsandbytes") else False
         if not is_bnb:
             if replaced_only:
                 continue

@@ -4,7 +4,9 @@ that map, run forward and backward with the CPU loss. The same models with upstr
 (accelerate's ``infer_auto_device_map``, same budgets as int ids) are recorded for comparison:
 the check prints what upstream did, and asserts only what accelreg promises.
 
-accelreg's integrations are not installed here: the plan is an explicit ``device_map``.
+accelreg's integrations are not installed here (the plan is an explicit ``device_map``), except
+in the last check, which shows the main device the planner chose (not the device of the first
+module in forward order) running the offloaded blocks, with and without ``accelreg.install()``.
 """
 
 from __future__ import annotations
@@ -116,6 +118,56 @@ def check_gpt2_planned_map_trains_with_the_cpu_loss():
 
 def check_t5_planned_map_trains_with_the_cpu_loss():
     run(t5)
+
+
+def check_a_chosen_main_device_runs_the_offloaded_blocks():
+    # The tied embedding fills npu:0, so offloaded blocks can only run on npu:1: the planner
+    # lists npu:1 first; accelerate runs the offloaded blocks there (given it explicitly on the
+    # patch-free path, read from the map by accelreg's wrapper under install()).
+    import accelreg.integrations
+    from accelerate import dispatch_model
+    from accelreg.planner import plan
+
+    cfg = GPT2Config(n_layer=5, n_embd=128, n_head=2, vocab_size=1000, n_positions=64,
+                     bos_token_id=0, eos_token_id=0)
+    ref = GPT2LMHeadModel(cfg).eval()
+    path = os.path.join(TMP, "gpt2-main")
+    ref.save_pretrained(path)
+    with torch.no_grad():
+        ref_loss = ref(input_ids=IDS, labels=IDS).loss.item()
+    with torch.device("meta"):
+        meta = GPT2LMHeadModel(cfg)
+    budgets = {"npu:0": 546792, "npu:1": 1587176, "npu:2": 1587176, "cpu": 10**8}
+    result = plan(meta, budgets)
+    device_map = result.device_map
+    assert result.main_device == "npu:1" and next(iter(device_map.values())) == "npu:1", device_map
+    assert device_map["transformer.wte"] == "npu:0" and "cpu" in device_map.values(), device_map
+    accelreg.check_device_map(meta, device_map, budgets)
+
+    def offloaded_run_on(model):
+        hooks = [m._hf_hook for n, m in model.named_modules() if device_map.get(n) == "cpu"]
+        assert hooks, "no offloaded module has a hook"
+        return {str(h.execution_device) for h in hooks}
+
+    # patch-free: accelerate picks list(set(...))[0] unless told, so tell it
+    model = dispatch_model(GPT2LMHeadModel.from_pretrained(path).eval(), device_map,
+                           main_device=result.main_device)
+    assert offloaded_run_on(model) == {"npu:1"}
+    with torch.no_grad():
+        assert abs(model(input_ids=IDS, labels=IDS).loss.item() - ref_loss) < 1e-5
+    del model
+    gc.collect()
+    # under install(), from_pretrained's dispatch takes the map's first accelerator
+    accelreg.install()
+    try:
+        model = GPT2LMHeadModel.from_pretrained(path, device_map=device_map).eval()
+        assert offloaded_run_on(model) == {"npu:1"}
+        with torch.no_grad():
+            assert abs(model(input_ids=IDS, labels=IDS).loss.item() - ref_loss) < 1e-5
+        del model
+    finally:
+        accelreg.integrations.uninstall()
+    gc.collect()
 """
 
 
