@@ -90,10 +90,11 @@ def device_count(backend: str | None = None) -> int:
     :class:`DeviceError`.
     """
     from . import registry
+    from .resolution import current_in_use
 
     snap = registry.get()
     if backend is None:
-        return snap.current().count
+        return current_in_use(snap).count
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a backend name (str), got {type(backend).__name__}")
     return snap.backend(backend).count
@@ -112,7 +113,9 @@ def dist_backend(backend: str | None = None) -> str:
     snap = registry.get()
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"backend must be a backend name (str), got {type(backend).__name__}")
-    chosen = snap.current() if backend is None else snap.backend(backend)
+    from .resolution import current_in_use
+
+    chosen = current_in_use(snap) if backend is None else snap.backend(backend)
     name = chosen.spec.dist_backend
     if not name:
         who = chosen.plugin.distribution or chosen.plugin.name or "its plugin"

@@ -26,11 +26,12 @@ def visible_devices_env(backend: str | None, ids: Sequence[int | str]) -> dict[s
     has no visible-devices variable and :class:`ConfigError` for bad ids.
     """
     from . import registry
+    from .resolution import current_in_use
     from .visible import mask_value
 
     snap = registry.get()
     if backend is None:
-        b = snap.current()
+        b = current_in_use(snap)
     elif not isinstance(backend, str):
         raise TypeError(f"backend must be a backend name (str), got {type(backend).__name__}")
     else:
@@ -59,9 +60,10 @@ def check_devices_exist(backend: str | None, ids: Sequence[int | str]) -> None:
     (its ranks would find no device at all).
     """
     from . import registry
+    from .resolution import current_in_use
 
     snap = registry.get()
-    b = snap.current() if backend is None else snap.backend(backend)
+    b = current_in_use(snap) if backend is None else snap.backend(backend)
     if not b.available:
         raise DeviceError(
             f"{b.name} is not available here ({b.probe().availability.reason}); "

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from .registry import Backend, Snapshot
 
-__all__ = ["check_fallback", "format_device", "qualify", "resolve"]
+__all__ = ["check_fallback", "current_in_use", "format_device", "qualify", "resolve"]
 
 #: Answers of the current snapshot: ``spec -> (type(spec), device)``. Replaced, never cleared
 #: in place, so a lookup always sees one snapshot's answers.
@@ -162,10 +162,19 @@ def check_fallback(snap: Snapshot, current: Backend, *, launcher_raises: bool = 
     )
 
 
+def current_in_use(snap: Snapshot) -> Backend:
+    """The current backend for a device decision (a map's budgets, a default device, a
+    collective backend), under the same rule as ``resolve()``: a present but failing backend
+    passed over warns, and raises under a launcher or in strict mode (see :func:`check_fallback`).
+    Reports (``accelreg env``) read ``snap.current()`` instead."""
+    b = snap.current()
+    check_fallback(snap, b)
+    return b
+
+
 def _auto(snap: Snapshot, b: Backend | None) -> torch.device:
     if b is None:
-        b = snap.current()
-        check_fallback(snap, b)
+        b = current_in_use(snap)
         if b.name == "cpu":
             import torch
 

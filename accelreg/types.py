@@ -97,6 +97,11 @@ class BackendSpec:
             backend's tensors (``"nccl"``, ``"hccl"``, ``"xccl"``, ``"cncl"``, ``"gloo"``, ...),
             as passed to ``init_process_group``; ``None`` when the runtime has none.
             :func:`accelreg.dist_backend` answers it, so frameworks need no ``"nccl"`` ladder.
+        presence: ``() -> str | None``, for a runtime that ships with torch (so has no
+            ``runtime_package``): why this backend's hardware or driver is on this machine even
+            though its probes fail (``"the NVIDIA kernel driver is loaded"``), else ``None``.
+            Asked only when the backend is unavailable; a non-``None`` answer makes passing it
+            over loud, like an installed ``runtime_package``.
     """
 
     name: str
@@ -113,6 +118,7 @@ class BackendSpec:
     description: str = ""
     runtime_package: str | None = None
     dist_backend: str | None = None
+    presence: Callable[[], str | None] | None = None
 
     @property
     def torch_type(self) -> str:

@@ -195,3 +195,90 @@ def test_documented_sample_changes_nothing_on_this_machine(tmp_path, quiet):
     after = {b.name: (b.name, b.available, b.reason) for b in accelreg.backends()}
     assert accelreg.resolve() == torch.device("cpu")
     assert [after[name] for name, _, _ in before if name != "mlu"] == [b for b in before if b[0] != "mlu"]
+
+
+def _device_decisions():
+    """Every public answer that picks the current backend for a device decision, beside
+    ``resolve()``: each follows the same rule."""
+    from accelreg.integrations.peft import _infer_device
+    from accelreg.planner import default_max_memory
+
+    return {
+        "device_count()": accelreg.device_count,
+        "dist_backend()": accelreg.dist_backend,
+        "default_max_memory()": default_max_memory,
+        "visible_devices_env()": lambda: accelreg.visible_devices_env(None, [0]),
+        "peft infer_device()": _infer_device(lambda: "cuda"),
+    }
+
+
+@pytest.mark.parametrize("what", sorted(_device_decisions()))
+def test_every_device_decision_refuses_the_silent_cpu_under_a_launcher(what, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    accelreg.register(plugin(_failing()), "fakeplugin_failing")
+    with pytest.raises(DeviceError, match=r"cuda is present .* launcher \(RANK=0\)"):
+        _device_decisions()[what]()
+
+
+@pytest.mark.parametrize("what", sorted(_device_decisions()))
+def test_every_device_decision_warns_outside_a_launcher(what):
+    accelreg.register(plugin(_failing()), "fakeplugin_failing")
+    with pytest.warns(RuntimeWarning, match="cuda is present"):
+        try:
+            _device_decisions()[what]()
+        except DeviceError as exc:  # cpu has no mask: visible_devices_env says so, after warning
+            assert "no visible-devices variable" in str(exc)
+
+
+def test_a_presence_probe_makes_a_runtime_shipped_with_torch_loud(monkeypatch):
+    """cuda ships with torch (no runtime package): its plugin's ``presence`` probe says when the
+    machine has the hardware anyway (a loaded driver), so a CPU build of torch or a broken driver
+    on a GPU node is never a silent cpu."""
+    found = spec("cuda", 2, priority=100, available=False, presence=lambda: "the GPU driver is loaded")
+    accelreg.register(plugin(found), "fakeplugin_failing")
+    with pytest.warns(RuntimeWarning, match=r"cuda is present \(the GPU driver is loaded\)"):
+        assert accelreg.resolve() == torch.device("cpu")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    accelreg.reset()
+    accelreg.register(plugin(found), "fakeplugin_failing")
+    with pytest.raises(DeviceError, match="the GPU driver is loaded"):
+        accelreg.resolve()
+
+
+@pytest.mark.parametrize("answer", ["raise", "nonsense"])
+def test_a_failing_presence_probe_is_contained_and_recorded(answer, quiet):
+    def presence():
+        if answer == "raise":
+            raise RuntimeError("cannot read /proc")
+        return 42
+
+    accelreg.register(
+        plugin(spec("cuda", 2, priority=100, available=False, presence=presence)), "fakeplugin_p"
+    )
+    assert accelreg.resolve() == torch.device("cpu")  # not present: silent
+    (failure,) = accelreg.failures()
+    assert failure.stage == "probe presence of 'cuda'"
+    assert ("cannot read /proc" if answer == "raise" else "presence returned 42") in failure.error
+
+
+def test_builtin_cuda_is_present_where_a_gpu_driver_is_loaded(monkeypatch, tmp_path):
+    """The real built-in: torch here is a CPU build, so cuda is unavailable; with a (stand-in)
+    NVIDIA driver file on the machine, passing over it warns and a launcher refuses."""
+    from accelreg.builtin import cuda
+
+    driver = tmp_path / "version"
+    driver.write_text("NVRM version: 580.00\n")
+    monkeypatch.setattr(cuda, "DRIVER_FILES", ((str(driver), "the NVIDIA kernel driver is loaded"),))
+    accelreg.reset()
+    with pytest.warns(
+        RuntimeWarning, match=r"cuda is present \(the NVIDIA kernel driver is loaded .*version\)"
+    ):
+        assert accelreg.resolve() == torch.device("cpu")
+    monkeypatch.setattr(
+        cuda, "DRIVER_FILES", ((str(tmp_path / "absent"), "the NVIDIA kernel driver is loaded"),)
+    )
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    accelreg.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert accelreg.resolve() == torch.device("cpu")  # no driver: a CPU machine, silent

@@ -111,6 +111,7 @@ def torch_module_backend(
     device: Callable[[int], Any] | None = None,
     indexed: bool = True,
     dist_backend: str | None = None,
+    presence: Callable[[], str | None] | None = None,
 ) -> BackendSpec:
     """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``."""
     attr = attr or name
@@ -130,4 +131,5 @@ def torch_module_backend(
         description=description,
         runtime_package=package,
         dist_backend=dist_backend,
+        presence=presence,
     )

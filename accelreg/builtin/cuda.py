@@ -9,6 +9,12 @@ from ..visible import parse_cuda_visible_devices
 from ._torchmod import torch_module_backend
 
 VAR = "CUDA_VISIBLE_DEVICES"
+#: Files a loaded GPU kernel driver creates (Linux): NVIDIA's, and ROCm's (torch.cuda on AMD).
+DRIVER_FILES = (
+    ("/proc/driver/nvidia/version", "the NVIDIA kernel driver is loaded"),
+    ("/dev/nvidiactl", "the NVIDIA kernel driver is loaded"),
+    ("/dev/kfd", "the ROCm kernel driver is loaded"),
+)
 
 
 def _not_compiled(module) -> str | None:
@@ -23,6 +29,15 @@ def _not_compiled(module) -> str | None:
     return None
 
 
+def _driver_loaded() -> str | None:
+    """Why this machine has a GPU driver although torch.cuda is unusable (a CPU build of torch,
+    a driver/runtime mismatch), so that falling back to cpu is never silent; ``None`` without."""
+    for path, what in DRIVER_FILES:
+        if os.path.exists(path):
+            return f"{what} ({path})"
+    return None
+
+
 @hookimpl
 def accelreg_backends():
     yield torch_module_backend(
@@ -33,5 +48,6 @@ def accelreg_backends():
         parse_visible=parse_cuda_visible_devices,
         not_compiled=_not_compiled,
         dist_backend="nccl",
+        presence=_driver_loaded,
         description="NVIDIA CUDA / AMD ROCm (torch.cuda)",
     )

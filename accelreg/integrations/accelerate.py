@@ -50,9 +50,10 @@ def _get_max_memory(original: Any) -> Any:
     @functools.wraps(original)
     def get_max_memory(max_memory: dict[Any, Any] | None = None) -> dict[Any, int]:
         from .. import registry
+        from ..resolution import current_in_use
 
         snap = registry.get()
-        current = snap.current()
+        current = current_in_use(snap)
         if max_memory is None:
             out: dict[Any, int] = {}
             if current.name != "cpu":
@@ -207,8 +208,9 @@ def _default_device(original: Any) -> Any:
         import torch
 
         from .. import registry
+        from ..resolution import current_in_use
 
-        current = registry.get().current()
+        current = current_in_use(registry.get())
         if current.name == "cpu":
             return torch.device("cpu")
         return torch.device(current.device_type)  # upstream's form: the type, no index

@@ -515,8 +515,9 @@ def registry_accelerator(backend: str | None = None) -> Any:
     Raises :class:`DeviceError` for an unknown or unavailable backend.
     """
     from .. import registry
+    from ..resolution import current_in_use
 
-    name = backend if backend is not None else registry.get().current().name
+    name = backend if backend is not None else current_in_use(registry.get()).name
     return registry_accelerator_class()(name)
 
 
@@ -525,9 +526,10 @@ def accelerator_for(backend: str | None = None) -> Any:
     DeepSpeed's own class for the backend's device type where DeepSpeed ships one, else the
     registry's accelerator. Either way the registry chose the backend."""
     from .. import registry
+    from ..resolution import current_in_use
 
     snap = registry.get()
-    chosen = snap.current() if backend is None else snap.backend(backend)
+    chosen = current_in_use(snap) if backend is None else snap.backend(backend)
     if not chosen.available:
         raise DeviceError(f"{chosen.name} is not available: {chosen.probe().availability.reason}")
     own = deepspeed_class_for(chosen.device_type)

@@ -28,8 +28,9 @@ def _infer_device(original: Any) -> Any:
     @functools.wraps(original)
     def infer_device() -> str:
         from .. import registry
+        from ..resolution import current_in_use
 
-        current = registry.get().current()
+        current = current_in_use(registry.get())
         return "cpu" if current.name == "cpu" else current.device_type
 
     return infer_device

@@ -127,8 +127,9 @@ def _host_value(value: str, accelerator: str | None) -> Any:
 
 def _planned_host_form(plan: dict[str, str]) -> dict[str, Any]:
     from .. import registry
+    from ..resolution import current_in_use
 
-    current = registry.get().current()
+    current = current_in_use(registry.get())
     accelerator = None if current.name == "cpu" else current.device_type
     return {key: _host_value(value, accelerator) for key, value in plan.items()}
 

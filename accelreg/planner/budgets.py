@@ -227,9 +227,10 @@ def registry_budgets() -> Budgets:
     Only the current backend: a node with two runtimes (cuda and npu) never gets a map that
     mixes them."""
     from .. import registry
+    from ..resolution import current_in_use
 
     snap = registry.get()
-    current = snap.current().name
+    current = current_in_use(snap).name
     accelerators: list[tuple[str, int]] = []
     cpu = None
     for b in snap.order:

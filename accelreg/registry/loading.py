@@ -33,7 +33,7 @@ SELF = "accelreg"
 RESERVED = frozenset({"auto", "disk", "meta", "balanced", "balanced_low_0", "sequential"})
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,7}")
-_OPTIONAL_CALLABLES = ("current_index", "device", "memory_info", "parse_visible_devices")
+_OPTIONAL_CALLABLES = ("current_index", "device", "memory_info", "parse_visible_devices", "presence")
 
 
 class Plugin(NamedTuple):

@@ -294,7 +294,8 @@ class Backend:
     def presence(self) -> str | None:
         """Why this backend counts as present here, or ``None``.
 
-        Present: plugins conflict over it, its runtime package is installed, its
+        Present: plugins conflict over it, its runtime package is installed, its ``presence``
+        probe names a reason (hardware or driver found for a runtime shipped with torch), its
         visible-devices variable lists devices (or is invalid), ``providers`` names it, or
         ``priority`` names it in an argument or environment variable (an instruction for this
         process; a priority list in a file is a preference shared by many machines). Disabled
@@ -323,6 +324,13 @@ class Backend:
                     return f"{top} is installed"
             except CONTAINED as exc:  # a broken install: something of it is there
                 return f"{top} is installed but cannot be looked up: {describe(exc)}"
+        if self.spec.presence is not None and not self.available:
+            try:
+                why = self.call("presence", self.spec.presence, check=_check_presence)
+            except ProbeFailed:
+                why = None  # recorded as the plugin's failure; the other signals still count
+            if why:
+                return why
         var = self.spec.visible_devices_var
         value = snap.environ.get(var) if var else None
         if value is not None and value.strip():
@@ -360,3 +368,12 @@ class Backend:
         """Fresh locks in a forked child (another thread may have held one at the fork)."""
         self._lock = threading.Lock()
         self._presence_lock = threading.Lock()
+
+
+def _check_presence(value: Any) -> str | None:
+    """A ``presence`` answer: ``None`` or a short reason."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise Nonsense(f"presence returned {safe_repr(value)}, not a reason (str) or None")
+    return str.__str__(value)[:200] or None
