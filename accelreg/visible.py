@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from .errors import ConfigError
 
-__all__ = ["mask_value", "parse_cuda_visible_devices", "parse_visible_devices"]
+__all__ = ["mask_value", "parse_visible_devices", "parse_visible_devices_truncating"]
 
 #: Values that mean "no device at all" (SLURM writes NoDevFiles when a job has no GPUs).
 _NO_DEVICES = {"", "nodevfiles", "none", "void"}
@@ -84,12 +84,13 @@ def _accepts(subdevices: bool, ranges: bool, uuids: bool) -> str:
     return f" (accepted: {', '.join(kinds)})"
 
 
-def parse_cuda_visible_devices(value: str, *, var: str = "CUDA_VISIBLE_DEVICES") -> tuple[str, ...]:
-    """``CUDA_VISIBLE_DEVICES`` as the CUDA runtime reads it.
+def parse_visible_devices_truncating(value: str, *, var: str) -> tuple[str, ...]:
+    """A mask read the way the CUDA runtime reads ``CUDA_VISIBLE_DEVICES``.
 
-    The runtime takes entries up to the first invalid one (a negative, malformed or repeated
-    id) and ignores the rest, so ``"0,-1,1"`` exposes only device 0. Entries are integers or
-    ``GPU-``/``MIG-`` UUIDs (possibly abbreviated).
+    Such a runtime takes entries up to the first invalid one (a negative, malformed or repeated
+    id) and ignores the rest, so ``"0,-1,1"`` exposes only device 0; it never refuses a value.
+    Entries are integers or ``GPU-``/``MIG-`` UUIDs (possibly abbreviated). The built-in cuda
+    backend uses it for its variable.
     """
     if not isinstance(value, str):
         raise TypeError(f"{var} must be a string, got {type(value).__name__}")

@@ -22,7 +22,7 @@ import accelreg
 from accelreg import ConfigError, DeviceError, DeviceMapError
 from accelreg.config import load_settings
 from accelreg.planner.budgets import parse_budgets
-from accelreg.visible import parse_cuda_visible_devices, parse_visible_devices
+from accelreg.visible import parse_visible_devices, parse_visible_devices_truncating
 
 try:
     from ._fakes import LyingInt, plugin, spec
@@ -62,6 +62,10 @@ VALID_STRINGS = {
     "xpu:0": torch.device("xpu", 0),
     "xpu": torch.device("xpu", 0),
 }
+
+
+def parse_cuda(value: str) -> tuple[str, ...]:
+    return parse_visible_devices_truncating(value, var="CUDA_VISIBLE_DEVICES")
 
 
 def _machine() -> None:
@@ -415,7 +419,7 @@ def check_visible(rng: random.Random) -> Counter[str]:
             else:
                 assert len(set(ids)) == len(ids) and all(ids)
                 seen["visible devices: parsed"] += 1
-        ids = parse_cuda_visible_devices(value)  # the CUDA runtime's rule: never raises, truncates
+        ids = parse_cuda(value)  # the CUDA runtime's rule: never raises, truncates
         assert len(set(ids)) == len(ids)
         seen["CUDA_VISIBLE_DEVICES: truncated like the runtime"] += 1
     return seen

@@ -6,7 +6,7 @@ import pytest
 
 import accelreg
 from accelreg import ConfigError
-from accelreg.visible import mask_value, parse_cuda_visible_devices, parse_visible_devices
+from accelreg.visible import mask_value, parse_visible_devices, parse_visible_devices_truncating
 
 VARS = {
     "cuda": "CUDA_VISIBLE_DEVICES",
@@ -17,6 +17,10 @@ VARS = {
     "musa": "MUSA_VISIBLE_DEVICES",
     "sdaa": "SDAA_VISIBLE_DEVICES",
 }
+
+
+def parse_cuda(value: str) -> tuple[str, ...]:
+    return parse_visible_devices_truncating(value, var="CUDA_VISIBLE_DEVICES")
 
 
 def test_every_builtin_declares_its_variable():
@@ -54,11 +58,11 @@ def test_invalid_entries_are_reported_not_guessed(name, monkeypatch):
 
 
 def test_cuda_truncates_at_the_first_invalid_entry_like_the_runtime():
-    assert parse_cuda_visible_devices("0,2,-1,1") == ("0", "2")
-    assert parse_cuda_visible_devices("-1") == ()
-    assert parse_cuda_visible_devices("1,1,0") == ("1",)
-    assert parse_cuda_visible_devices("GPU-8f3a,MIG-12ab/1/2") == ("GPU-8f3a", "MIG-12ab/1/2")
-    assert parse_cuda_visible_devices(" 0 , 1 ") == ("0", "1")
+    assert parse_cuda("0,2,-1,1") == ("0", "2")
+    assert parse_cuda("-1") == ()
+    assert parse_cuda("1,1,0") == ("1",)
+    assert parse_cuda("GPU-8f3a,MIG-12ab/1/2") == ("GPU-8f3a", "MIG-12ab/1/2")
+    assert parse_cuda(" 0 , 1 ") == ("0", "1")
 
 
 def test_subdevices_and_ranges_only_where_the_runtime_allows_them():

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 
 from ..hookspecs import hookimpl
-from ..visible import parse_cuda_visible_devices
+from ..visible import parse_visible_devices_truncating
 from ._torchmod import torch_module_backend
 
 VAR = "CUDA_VISIBLE_DEVICES"
@@ -45,7 +46,7 @@ def accelreg_backends():
         priority=100,
         package=None,
         visible_devices_var=VAR,
-        parse_visible=parse_cuda_visible_devices,
+        parse_visible=partial(parse_visible_devices_truncating, var=VAR),
         not_compiled=_not_compiled,
         dist_backend="nccl",
         presence=_driver_loaded,

@@ -6,8 +6,8 @@ vendor device types (npu, xpu, mlu, musa, sdaa, hpu, mps), their runtime package
 collective libraries — as a whole string value (``"npu"``, ``"torch_npu"``), a ``_``-separated
 part of one (``"MLU_VISIBLE_DEVICES"``) or of a name (``is_npu_available``, ``torch.npu``).
 Strings with whitespace are messages to people (``"such as 'npu:0'"`` in an error) and are not
-scanned. ``cuda`` is not in the list: torch's own default device type, it still appears in
-``accelreg/visible.py``'s parser of ``CUDA_VISIBLE_DEVICES`` (used by the built-in cuda backend).
+scanned. ``cuda`` (and NVIDIA's, AMD's runtime names) count too: the built-in cuda backend is a
+backend like any other.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ ROOT = Path(accelreg.__file__).resolve().parent
 VENDOR = (
     "npu|xpu|mlu|musa|sdaa|hpu|mps|supa|klxpu|"
     "torch_npu|torch_mlu|torch_musa|torch_sdaa|habana|habana_frameworks|ipex|ascend|cambricon|gaudi|"
-    "nccl|hccl|xccl|cncl|mccl|tccl|rccl"
+    "nccl|hccl|xccl|cncl|mccl|tccl|rccl|cuda|nvidia|rocm"
 )
 _TOKEN = re.compile(rf"(?:^|[^a-z0-9])({VENDOR})(?=$|[^a-z0-9])", re.IGNORECASE)
 
