@@ -77,8 +77,9 @@ def _model_types() -> list[str]:
     return list(CONFIG_MAPPING.keys())
 
 
-def _guess_types(spec: str, types: list[str]) -> tuple[list[str], bool]:
-    """``(model types spec most likely means, whether spec looks like a Hub id)``.
+def _guess_types(spec: str, types: list[str]) -> tuple[list[str], list[str], bool]:
+    """``(model types spec most likely means, those named by its words, whether spec looks
+    like a Hub id)``.
 
     A Hub id loses its ``org/`` and is split into words (``Llama-2-7b-hf`` -> llama, 2, 7b,
     hf); a run of words from the first or second one, joined by ``_``, ``-`` or nothing, that
@@ -99,25 +100,27 @@ def _guess_types(spec: str, types: list[str]) -> tuple[list[str], bool]:
     if words:
         close += difflib.get_close_matches(words[0], types, n=3)
     guesses = found + [c for c in dict.fromkeys(close) if c not in found]
-    return guesses[:5], hub_like
+    return guesses[:5], found, hub_like
 
 
 def _not_found(spec: str) -> MetaModelError:
     import transformers
 
-    offline = (
-        "to plan a Hub model offline, pass the path of its config.json or of a folder holding one "
-        "(nothing is downloaded)"
-    )
-    guesses, hub_like = _guess_types(spec, _model_types())
+    guesses, found, hub_like = _guess_types(spec, _model_types())
     what = f"{spec!r} is not a model type of transformers {transformers.__version__}, nor a config.json or a folder"
-    if hub_like and guesses:
-        also = f" (or {', '.join(guesses[1:3])})" if len(guesses) > 1 else ""
+    offline = "to plan a Hub model offline, pass the path of its config.json or of a folder holding one"
+    if hub_like:
+        fetch = (
+            f"hf download {spec.strip()} config.json" if "/" in spec else "hf download ORG/NAME config.json"
+        )
+        offline += f" (`{fetch}` fetches it; accelreg downloads nothing)"
+    if hub_like and found:
+        also = f" (or {', '.join(found[1:3])})" if len(found) > 1 else ""
         return MetaModelError(
-            f"{what}; its model type looks like {guesses[0]}{also}, but {guesses[0]!r} alone plans that "
+            f"{what}; it looks like a Hub id of a {found[0]} model{also}: {found[0]!r} alone plans that "
             f"type's default config, not necessarily this model's size; {offline}"
         )
-    hint = f"; did you mean {', '.join(guesses)}?" if guesses else ""
+    hint = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
     return MetaModelError(f"{what}{hint}; {offline}")
 
 
@@ -165,14 +168,14 @@ def _config_for(spec: Any) -> tuple[Any, str]:
     if not spec.strip():
         raise MetaModelError("the model is empty: give a model type, a config.json or a folder holding one")
     path = Path(spec).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise MetaModelError(f"{spec!r} is a folder without a config.json")
+    if path.is_dir() and (path / "config.json").is_file():
         file = path / "config.json"
     elif path.is_file():
         file = path
-    elif spec in CONFIG_MAPPING:
+    elif spec in CONFIG_MAPPING:  # a model type, even where a folder of that name lacks a config
         return AutoConfig.for_model(spec), f"{spec} (default config)"
+    elif path.is_dir():
+        raise MetaModelError(f"{spec!r} is a folder without a config.json")
     elif spec.startswith((".", "/", "~", "\\")) or spec.lower().endswith(".json"):
         raise MetaModelError(f"{spec!r}: no such file or folder")
     else:
@@ -229,13 +232,18 @@ def _model_class(given: Any, config: Any) -> Any:
             close = difflib.get_close_matches(given, known, n=3) or difflib.get_close_matches(
                 given, [n for n in dir(transformers) if n[:1].isupper()], n=3
             )
-            hint = f"did you mean {', '.join(close)}? " if close else ""
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise MetaModelError(
-                f"transformers {transformers.__version__} has no class {given!r}; {hint}({listed})"
+                f"transformers {transformers.__version__} has no class {given!r}{hint} ({listed})"
             )
+    name = getattr(cls, "__name__", repr(given))
     if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
-        raise MetaModelError(f"{given!r} is not a transformers model class ({listed})")
+        auto = "; an Auto class is chosen with a task" if name.startswith("AutoModel") else ""
+        raise MetaModelError(f"{name!r} is not a transformers model class{auto} ({listed})")
     wanted = getattr(cls, "config_class", None)
+    if name.endswith("PreTrainedModel") or wanted in (None, transformers.PretrainedConfig):
+        # the abstract base of a model family (BertPreTrainedModel) has no layers to plan
+        raise MetaModelError(f"{name} is an abstract base class, not a model ({listed})")
     if isinstance(wanted, type) and not isinstance(config, wanted):
         kind = getattr(wanted, "model_type", "") or wanted.__name__
         raise MetaModelError(f"{cls.__name__} builds {kind} models, not {model_type} ({listed})")

@@ -1,11 +1,14 @@
 """``accelreg plan MODEL``: build a model on the meta device from its config and plan its device map.
 
-MODEL is a transformers model type (``gpt2``, ``llama``, ``t5``: its default config) or a local
-directory holding a ``config.json``; nothing is downloaded and no weights are read. The model is
-built with ``AutoModelForCausalLM.from_config``, else ``AutoModelForSeq2SeqLM``, else
-``AutoModel``, under ``torch.device("meta")``; remote code is never run. ``--quantization``
-sizes the model as bitsandbytes 8-bit / 4-bit from the placement rules without replacing any
-module (see docs/planner.md). Exit codes are those of :mod:`accelreg.cli`.
+MODEL is a transformers model type (``gpt2``, ``llama``, ``t5``: its default config), the path of
+a ``config.json``, or a folder holding one (a downloaded checkpoint); nothing is downloaded and
+no weights are read. A Hub id (``openai-community/gpt2``) is refused with the model type it
+names and how to plan it offline. The head is ``--task`` (``masked-lm``: ``AutoModelForMaskedLM``)
+or ``--class`` (``BertForMaskedLM``); by default ``AutoModelForCausalLM``, else
+``AutoModelForSeq2SeqLM``, else ``AutoModel``. The model is built under ``torch.device("meta")``;
+remote code is never run. ``--quantization`` sizes the model as bitsandbytes 8-bit / 4-bit from
+the placement rules without replacing any module (see docs/planner.md). Exit codes are those of
+:mod:`accelreg.cli`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DeviceError, DeviceMapError
-from .meta import build_meta_model
+from .meta import TASKS, build_meta_model
 
 __all__ = ["add_plan_parser", "build_meta_model", "parse_max_memory"]
 
@@ -59,11 +62,34 @@ def add_plan_parser(subparsers: Any) -> None:
         "plan",
         help="plan a tied-weight-aware device map for a model built on the meta device",
         description=(
-            "Plan a device map for MODEL (a transformers model type such as gpt2, or a local directory "
-            "with a config.json), built on the meta device: no download, no weights."
+            "Plan a device map for MODEL, built on the meta device from its config: no download, no "
+            "weights, no remote code. MODEL is a transformers model type (gpt2, llama, t5: that type's "
+            "default config), the path of a config.json, or a folder holding one (a downloaded "
+            "checkpoint). A Hub id such as openai-community/gpt2 is not fetched: download its "
+            "config.json (or the whole checkpoint) and pass that path."
+        ),
+        epilog=(
+            "The head: by default AutoModelForCausalLM, else AutoModelForSeq2SeqLM, else AutoModel. "
+            "--task picks an Auto class (bert --task masked-lm builds BertForMaskedLM); --class names "
+            "the transformers model class itself. Exit codes: 0 ok, 1 no map fits (or --plot failed, "
+            "after the plan is printed), 2 usage error."
         ),
     )
-    p.add_argument("model", metavar="MODEL", help="transformers model type or local config directory")
+    p.add_argument(
+        "model", metavar="MODEL", help="model type, path of a config.json, or a folder holding one"
+    )
+    head = p.add_mutually_exclusive_group()
+    head.add_argument(
+        "--task",
+        metavar="TASK",
+        help=f"the head to build, one of: {', '.join(TASKS)}",
+    )
+    head.add_argument(
+        "--class",
+        dest="model_class",
+        metavar="NAME",
+        help="the transformers model class to build, e.g. BertForMaskedLM (of MODEL's type)",
+    )
     p.add_argument(
         "--max-memory",
         metavar="DEV=SIZE[,...]",
@@ -113,7 +139,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise UsageError(f"--plot {args.plot!r}: the file name must end in .png or .svg")
         started = time.perf_counter()
         try:
-            model, built = build_meta_model(args.model)
+            model, built = build_meta_model(args.model, task=args.task, model_class=args.model_class)
         except ModuleNotFoundError as exc:
             if exc.name not in _HF_LIBRARIES:
                 raise
