@@ -110,10 +110,7 @@ def _not_found(spec: str) -> MetaModelError:
     what = f"{spec!r} is not a model type of transformers {transformers.__version__}, nor a config.json or a folder"
     offline = "to plan a Hub model offline, pass the path of its config.json or of a folder holding one"
     if hub_like:
-        fetch = (
-            f"hf download {spec.strip()} config.json" if "/" in spec else "hf download ORG/NAME config.json"
-        )
-        offline += f" (`{fetch}` fetches it; accelreg downloads nothing)"
+        offline += f" (`hf download {spec.strip()} config.json` fetches it; accelreg downloads nothing)"
     if hub_like and found:
         also = f" (or {', '.join(found[1:3])})" if len(found) > 1 else ""
         return MetaModelError(
