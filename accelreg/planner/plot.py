@@ -43,15 +43,14 @@ def _unit(largest: float) -> tuple[float, str]:
 
 def figure(plan: Plan, *, title: str = "") -> Any:
     """The plan's bar chart as a matplotlib ``Figure`` (not saved; see :func:`plot_plan`)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     places = plan.places
     rows = max(len(places), 1)
     fig = Figure(figsize=(_WIDTH, 1.5 + _ROW * rows), layout="constrained")
+    FigureCanvasAgg(fig)  # no pyplot, no GUI backend: the figure draws itself
     ax = fig.add_subplot()
     drawn = [u.used + u.headroom for u in places]
     drawn += [u.budget for u in places if u.budget is not None and _kind(u.place) == "accelerator"]
