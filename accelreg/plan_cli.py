@@ -214,8 +214,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if result.optimal is not None:
         on += "; no map keeps more" if result.optimal else "; the search stopped at its limit"
     print(on)
-    if any(usage.headroom for usage in result.places):
-        print("headroom: space reserved (not free) to run the largest offloaded layer on that device")
+    reserved = {usage.place for usage in result.places if usage.headroom}
+    if reserved:
+        why = []
+        if reserved - {"cpu"}:
+            why.append("on the main device to run the largest offloaded layer")
+        if "cpu" in reserved:
+            why.append("on the cpu to stage the largest disk-offloaded layer")
+        print(f"headroom: space reserved (not free) {'; '.join(why)}")
     for note in result.notes:
         print(f"note: {note}")
     if explained is not None:

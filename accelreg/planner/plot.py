@@ -18,7 +18,7 @@ from ..sizes import format_size
 from .plan import Plan
 from .report import layer_ranges
 
-__all__ = ["plot_plan"]
+__all__ = ["figure", "plot_plan"]
 
 #: Fill colours by kind of place; the legend explains them.
 COLOURS = {"accelerator": "tab:blue", "cpu": "tab:orange", "disk": "tab:brown"}
