@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,29 @@ def parse_max_memory(text: str) -> dict[Any, str]:
     return out
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout, without breaking ``sequence-classification`` or a Hub id at a hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 def add_plan_parser(subparsers: Any) -> None:
     """Register ``accelreg plan`` on the ``accelreg`` command's subparsers."""
     from .planner import STRATEGIES
 
     p = subparsers.add_parser(
         "plan",
+        formatter_class=_HelpFormatter,
         help="plan a tied-weight-aware device map for a model built on the meta device",
         description=(
             "Plan a device map for MODEL, built on the meta device from its config: no download, no "
