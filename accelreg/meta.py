@@ -1,10 +1,11 @@
 """Build a transformers model on the meta device, and plan its device map without patching.
 
 :func:`build_meta_model` makes an empty model (no weights, no download, no remote code) from a
-model type (``"gpt2"``: its default config), a config object, or a local folder holding a
-``config.json`` (a checkpoint folder). :func:`device_map_for` plans a fully qualified device
-map for such a model with the registry's devices: the patch-free path that works on every
-transformers release, for frameworks that forbid monkeypatching::
+model type (``"gpt2"``: its default config), a config object, a ``config.json`` or a folder
+holding one (a checkpoint folder), with the head a task or a model class names.
+:func:`device_map_for` plans a fully qualified device map for such a model with the registry's
+devices: the patch-free path that works on every transformers release, for frameworks that
+forbid monkeypatching::
 
     device_map = accelreg.device_map_for("path/to/checkpoint", {"npu:0": "20GiB", "cpu": "64GiB"})
     model = AutoModelForCausalLM.from_pretrained("path/to/checkpoint", device_map=device_map)
@@ -14,12 +15,38 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetaModelError", "build_meta_model", "device_map_for"]
+__all__ = ["TASKS", "MetaModelError", "build_meta_model", "device_map_for", "tasks_for"]
+
+#: The heads a model can be built with: task -> (transformers Auto class, the mapping of model
+#: types to model class names in ``transformers.models.auto.modeling_auto`` that it reads).
+TASKS: dict[str, tuple[str, str]] = {
+    "causal-lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    "seq2seq-lm": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+    "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    "sequence-classification": (
+        "AutoModelForSequenceClassification",
+        "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    ),
+    "token-classification": (
+        "AutoModelForTokenClassification",
+        "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+    ),
+    "question-answering": ("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"),
+    "image-text-to-text": ("AutoModelForImageTextToText", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"),
+    "pretraining": ("AutoModelForPreTraining", "MODEL_FOR_PRETRAINING_MAPPING_NAMES"),
+    "base": ("AutoModel", "MODEL_MAPPING_NAMES"),
+}
+#: What is tried, in order, when no task or class is chosen.
+DEFAULT_TASKS = ("causal-lm", "seq2seq-lm", "base")
+#: Hub ids are split into words at these characters (``Qwen2.5-7B-Instruct``).
+_WORD_BREAKS = re.compile(r"[-_.\s]+")
 
 
 class MetaModelError(ValueError):
@@ -38,6 +65,90 @@ def _quiet_transformers() -> Iterator[None]:
         transformers.logging.set_verbosity(previous)
 
 
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _model_types() -> list[str]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return list(CONFIG_MAPPING.keys())
+
+
+def _guess_types(spec: str, types: list[str]) -> tuple[list[str], list[str], bool]:
+    """``(model types spec most likely means, those named by its words, whether spec looks
+    like a Hub id)``.
+
+    A Hub id loses its ``org/`` and is split into words (``Llama-2-7b-hf`` -> llama, 2, 7b,
+    hf); a run of words from the first or second one, joined by ``_``, ``-`` or nothing, that
+    is a model type is a match (``gpt2-medium`` -> gpt2, ``Phi-3-mini`` -> phi3,
+    ``flan-t5-base`` -> t5), the longest first. Close spellings (difflib) follow."""
+    known = set(types)
+    name = spec.strip().rstrip("/").rsplit("/", 1)[-1]
+    words = [w for w in _WORD_BREAKS.split(name.lower()) if w]
+    found: list[str] = []
+    for length in range(min(len(words), 4), 0, -1):
+        for start in range(min(2, len(words) - length + 1)):
+            for joiner in ("_", "-", ""):
+                candidate = joiner.join(words[start : start + length])
+                if candidate in known and candidate not in found:
+                    found.append(candidate)
+    hub_like = "/" in spec or any(f != name.lower() for f in found)
+    close = difflib.get_close_matches(name.lower(), types, n=5)
+    if words:
+        close += difflib.get_close_matches(words[0], types, n=3)
+    guesses = found + [c for c in dict.fromkeys(close) if c not in found]
+    return guesses[:5], found, hub_like
+
+
+def _not_found(spec: str) -> MetaModelError:
+    import transformers
+
+    guesses, found, hub_like = _guess_types(spec, _model_types())
+    what = f"{spec!r} is not a model type of transformers {transformers.__version__}, nor a config.json or a folder"
+    offline = "to plan a Hub model offline, pass the path of its config.json or of a folder holding one"
+    if hub_like:
+        offline += f" (`hf download {spec.strip()} config.json` fetches it; accelreg downloads nothing)"
+    if hub_like and found:
+        also = f" (or {', '.join(found[1:3])})" if len(found) > 1 else ""
+        return MetaModelError(
+            f"{what}; it looks like a Hub id of a {found[0]} model{also}: {found[0]!r} alone plans that "
+            f"type's default config, not necessarily this model's size; {offline}"
+        )
+    hint = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+    return MetaModelError(f"{what}{hint}; {offline}")
+
+
+def _read_config_json(file: Path, shown: str) -> None:
+    """Check a config.json before transformers reads it, for a one-line error."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MetaModelError(f"cannot read {shown}: {_first_line(exc)}") from None
+    except json.JSONDecodeError as exc:
+        raise MetaModelError(f"{shown} is not JSON ({exc.msg}, line {exc.lineno})") from None
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    if not isinstance(model_type, str):
+        raise MetaModelError(f"{shown} has no model_type: is it a transformers config.json?")
+    if model_type not in CONFIG_MAPPING:
+        import transformers
+
+        if isinstance(data.get("auto_map"), dict):
+            raise MetaModelError(
+                f"{shown}: model type {model_type!r} needs the repository's own code (auto_map), which "
+                "accelreg never runs"
+            )
+        close = difflib.get_close_matches(model_type, _model_types(), n=3)
+        hint = f" (close: {', '.join(close)})" if close else ""
+        raise MetaModelError(
+            f"{shown}: model type {model_type!r} is not in transformers {transformers.__version__}{hint}"
+        )
+
+
 def _config_for(spec: Any) -> tuple[Any, str]:
     from transformers import AutoConfig, PretrainedConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -48,43 +159,147 @@ def _config_for(spec: Any) -> tuple[Any, str]:
         spec = os.fspath(spec)
     if not isinstance(spec, str):
         raise TypeError(
-            "expected a model on meta, a transformers config, a model type or a local checkpoint folder, "
-            f"got {type(spec).__name__}"
+            "expected a model on meta, a transformers config, a model type, a config.json or a folder "
+            f"holding one, got {type(spec).__name__}"
         )
-    path = Path(spec)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise MetaModelError(f"{spec!r} is a directory without a config.json")
+    if not spec.strip():
+        raise MetaModelError("the model is empty: give a model type, a config.json or a folder holding one")
+    path = Path(spec).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        file = path / "config.json"
+    elif path.is_file():
+        file = path
+    elif spec in CONFIG_MAPPING:  # a model type, even where a folder of that name lacks a config
+        return AutoConfig.for_model(spec), f"{spec} (default config)"
+    elif path.is_dir():
+        raise MetaModelError(f"{spec!r} is a folder without a config.json")
+    elif spec.startswith((".", "/", "~", "\\")) or spec.lower().endswith(".json"):
+        raise MetaModelError(f"{spec!r}: no such file or folder")
+    else:
+        raise _not_found(spec)
+    _read_config_json(file, repr(spec))
+    try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
-        return config, f"{spec} ({config.model_type})"
-    if spec not in CONFIG_MAPPING:
-        close = difflib.get_close_matches(spec, list(CONFIG_MAPPING.keys()), n=5)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise MetaModelError(
-            f"{spec!r} is neither a transformers model type nor a directory with a config.json{hint}"
-        )
-    return AutoConfig.for_model(spec), f"{spec} (default config)"
+    except (ValueError, OSError, TypeError, KeyError) as exc:
+        raise MetaModelError(f"transformers cannot read {spec!r}: {_first_line(exc)}") from None
+    return config, f"{spec} ({config.model_type})"
 
 
-def build_meta_model(spec: Any) -> tuple[Any, str]:
-    """``(model on meta, what was built)`` for a model type, a config object, or a local
-    folder with a ``config.json``. Built with ``AutoModelForCausalLM.from_config``, else
-    ``AutoModelForSeq2SeqLM``, else ``AutoModel``; remote code is never run."""
+def _normal_task(task: str) -> str:
+    key = task.strip().lower().replace("_", "-") if isinstance(task, str) else task
+    if key not in TASKS:
+        raise MetaModelError(f"unknown task {task!r}; one of: {', '.join(TASKS)}")
+    return key
+
+
+def _class_names(task: str, model_type: str) -> tuple[str, ...]:
+    from transformers.models.auto import modeling_auto
+
+    names = getattr(modeling_auto, TASKS[task][1], {}).get(model_type, ())
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
+def tasks_for(config: Any) -> list[str]:
+    """The tasks of :data:`TASKS` that transformers has a model class for, for ``config`` (a
+    config object or a model type): ``tasks_for("bert")`` -> ``["causal-lm", "masked-lm", ...]``."""
+    model_type = config if isinstance(config, str) else config.model_type
+    return [task for task in TASKS if _class_names(task, model_type)]
+
+
+def _task_of(model_type: str, class_name: str) -> str | None:
+    return next((t for t in TASKS if class_name in _class_names(t, model_type)), None)
+
+
+def _model_class(given: Any, config: Any) -> Any:
+    """The transformers model class ``given`` (a class or its name), checked against ``config``."""
+    import transformers
+
+    model_type = config.model_type
+    known = sorted({n for t in TASKS for n in _class_names(t, model_type)})
+    listed = (
+        f"classes for {model_type}: {', '.join(known)}" if known else f"no class is mapped for {model_type}"
+    )
+    cls = given
+    if isinstance(given, str):
+        try:
+            cls = getattr(transformers, given, None)
+        except Exception as exc:  # noqa: BLE001 - a class failing to import is a one-line error
+            raise MetaModelError(f"transformers cannot import {given}: {_first_line(exc)}") from None
+        if cls is None:
+            close = difflib.get_close_matches(given, known, n=3) or difflib.get_close_matches(
+                given, [n for n in dir(transformers) if n[:1].isupper()], n=3
+            )
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise MetaModelError(
+                f"transformers {transformers.__version__} has no class {given!r}{hint} ({listed})"
+            )
+    name = getattr(cls, "__name__", repr(given))
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        auto = "; an Auto class is chosen with a task" if name.startswith("AutoModel") else ""
+        raise MetaModelError(f"{name!r} is not a transformers model class{auto} ({listed})")
+    wanted = getattr(cls, "config_class", None)
+    if name.endswith("PreTrainedModel") or wanted in (None, transformers.PretrainedConfig):
+        # the abstract base of a model family (BertPreTrainedModel) has no layers to plan
+        raise MetaModelError(f"{name} is an abstract base class, not a model ({listed})")
+    if isinstance(wanted, type) and not isinstance(config, wanted):
+        kind = getattr(wanted, "model_type", "") or wanted.__name__
+        raise MetaModelError(f"{cls.__name__} builds {kind} models, not {model_type} ({listed})")
+    return cls
+
+
+def _build(make: Any, source: str, what: str, passes: tuple[type[BaseException], ...] = ()) -> Any:
+    """``make()`` on the meta device; its errors (but ImportError and ``passes``) as one line."""
     import torch
-    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
+    try:
+        with torch.device("meta"):
+            return make()
+    except (ImportError, *passes):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a config transformers cannot build is a one-line error
+        raise MetaModelError(f"transformers cannot build {source} as {what}: {_first_line(exc)}") from None
+
+
+def build_meta_model(spec: Any, *, task: str | None = None, model_class: Any = None) -> tuple[Any, str]:
+    """``(model on meta, what was built)`` for a model type, a config object, a ``config.json``
+    or a folder holding one; remote code is never run, nothing is downloaded.
+
+    Args:
+        spec: ``"gpt2"`` (that type's default config), a ``PretrainedConfig``, or the path of
+            a ``config.json`` or of a folder holding one.
+        task: The head, a key of :data:`TASKS` (``"masked-lm"``: ``AutoModelForMaskedLM``).
+        model_class: A transformers model class, or its name (``"BertForMaskedLM"``).
+
+    Without either, ``AutoModelForCausalLM``, else ``AutoModelForSeq2SeqLM``, else ``AutoModel``.
+    Raises :class:`MetaModelError` (a ``ValueError``, one line) for what cannot be built,
+    ``ImportError`` when the build needs a module that is not installed."""
+    import transformers
+
+    if task is not None and model_class is not None:
+        raise MetaModelError("give a task or a model class, not both")
     with _quiet_transformers():
         config, source = _config_for(spec)
+        if model_class is not None:
+            cls = _model_class(model_class, config)
+            model = _build(lambda: cls._from_config(config), source, cls.__name__)
+            return model, f"{source} as {type(model).__name__}"
+        tasks = [_normal_task(task)] if task is not None else list(DEFAULT_TASKS)
         errors = []
-        for auto in (AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModel):
+        for name in tasks:
+            auto = getattr(transformers, TASKS[name][0], None)
+            if auto is None or (task is not None and not _class_names(name, config.model_type)):
+                available = ", ".join(tasks_for(config)) or "none"
+                raise MetaModelError(
+                    f"transformers {transformers.__version__} has no {name} model for {config.model_type} "
+                    f"(its tasks: {available})"
+                )
             try:
-                with torch.device("meta"):
-                    model = auto.from_config(config)
+                model = _build(lambda auto=auto: auto.from_config(config), source, name, (ValueError,))
             except ValueError as exc:  # this auto class has no mapping for the config
-                errors.append(f"{auto.__name__}: {exc}")
+                errors.append(f"{auto.__name__}: {_first_line(exc)}")
                 continue
             return model, f"{source} as {type(model).__name__}"
-    raise MetaModelError(f"transformers cannot build {source}: " + "; ".join(e[:200] for e in errors))
+    raise MetaModelError(f"transformers cannot build {source}: " + "; ".join(errors))
 
 
 def device_map_for(
@@ -95,12 +310,15 @@ def device_map_for(
     dtype: Any = None,
     no_split_module_classes: list[str] | None = None,
     quantization: str | None = None,
+    task: str | None = None,
+    model_class: Any = None,
 ) -> dict[str, str]:
     """A fully qualified device map for ``model``, planned without patching anything.
 
     Args:
-        model: A model (on meta or not), a transformers config, a model type (``"gpt2"``) or
-            a local checkpoint folder (its ``config.json`` is read; weights are not).
+        model: A model (on meta or not), a transformers config, a model type (``"gpt2"``), a
+            ``config.json`` or a local checkpoint folder (its ``config.json`` is read; weights
+            are not).
         max_memory: Budgets as for :func:`accelreg.plan_device_map` (``{"npu:0": "20GiB",
             "cpu": "64GiB", "disk": "1TB"}``; int keys are indices of the current backend);
             default: the registry's devices of the current backend and the host.
@@ -108,6 +326,10 @@ def device_map_for(
         dtype: The dtype the weights will be loaded in (default: the model's own).
         no_split_module_classes: Module classes never split (default: the model's own).
         quantization: ``"8bit"`` / ``"4bit"`` to plan bitsandbytes weights.
+        task: When ``model`` is built here, its head: a key of :data:`TASKS`
+            (``"masked-lm"``); default: causal LM, else seq2seq LM, else the base model.
+        model_class: When ``model`` is built here, the transformers model class (or its name)
+            to build instead of a task's.
 
     Returns:
         ``{module name: "npu:0" | "cpu" | "disk"}``: tied parameter groups on one device, every
@@ -119,7 +341,9 @@ def device_map_for(
 
     raise_recorded()
     if not hasattr(model, "named_parameters"):
-        model, _ = build_meta_model(model)
+        model, _ = build_meta_model(model, task=task, model_class=model_class)
+    elif task is not None or model_class is not None:
+        raise TypeError("task and model_class choose the head of a model built from a config, not of a model")
     if no_split_module_classes is None:
         getter = getattr(model, "_get_no_split_modules", None)
         found = getter("auto") if callable(getter) else getattr(model, "_no_split_modules", None)

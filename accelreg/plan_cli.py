@@ -1,11 +1,14 @@
 """``accelreg plan MODEL``: build a model on the meta device from its config and plan its device map.
 
-MODEL is a transformers model type (``gpt2``, ``llama``, ``t5``: its default config) or a local
-directory holding a ``config.json``; nothing is downloaded and no weights are read. The model is
-built with ``AutoModelForCausalLM.from_config``, else ``AutoModelForSeq2SeqLM``, else
-``AutoModel``, under ``torch.device("meta")``; remote code is never run. ``--quantization``
-sizes the model as bitsandbytes 8-bit / 4-bit from the placement rules without replacing any
-module (see docs/planner.md). Exit codes are those of :mod:`accelreg.cli`.
+MODEL is a transformers model type (``gpt2``, ``llama``, ``t5``: its default config), the path of
+a ``config.json``, or a folder holding one (a downloaded checkpoint); nothing is downloaded and
+no weights are read. A Hub id (``openai-community/gpt2``) is refused with the model type it
+names and how to plan it offline. The head is ``--task`` (``masked-lm``: ``AutoModelForMaskedLM``)
+or ``--class`` (``BertForMaskedLM``); by default ``AutoModelForCausalLM``, else
+``AutoModelForSeq2SeqLM``, else ``AutoModel``. The model is built under ``torch.device("meta")``;
+remote code is never run. ``--quantization`` sizes the model as bitsandbytes 8-bit / 4-bit from
+the placement rules without replacing any module (see docs/planner.md). Exit codes are those of
+:mod:`accelreg.cli`.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 from .errors import DeviceError, DeviceMapError
-from .meta import build_meta_model
+from .meta import TASKS, build_meta_model
 
 __all__ = ["add_plan_parser", "build_meta_model", "parse_max_memory"]
 
@@ -51,19 +55,59 @@ def parse_max_memory(text: str) -> dict[Any, str]:
     return out
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout, without breaking ``sequence-classification`` or a Hub id at a hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 def add_plan_parser(subparsers: Any) -> None:
     """Register ``accelreg plan`` on the ``accelreg`` command's subparsers."""
     from .planner import STRATEGIES
 
     p = subparsers.add_parser(
         "plan",
+        formatter_class=_HelpFormatter,
         help="plan a tied-weight-aware device map for a model built on the meta device",
         description=(
-            "Plan a device map for MODEL (a transformers model type such as gpt2, or a local directory "
-            "with a config.json), built on the meta device: no download, no weights."
+            "Plan a device map for MODEL, built on the meta device from its config: no download, no "
+            "weights, no remote code. MODEL is a transformers model type (gpt2, llama, t5: that type's "
+            "default config), the path of a config.json, or a folder holding one (a downloaded "
+            "checkpoint). A Hub id such as openai-community/gpt2 is not fetched: download its "
+            "config.json (or the whole checkpoint) and pass that path."
+        ),
+        epilog=(
+            "The head: by default AutoModelForCausalLM, else AutoModelForSeq2SeqLM, else AutoModel. "
+            "--task picks an Auto class (bert --task masked-lm builds BertForMaskedLM); --class names "
+            "the transformers model class itself. Exit codes: 0 ok, 1 no map fits (or --plot failed, "
+            "after the plan is printed), 2 usage error."
         ),
     )
-    p.add_argument("model", metavar="MODEL", help="transformers model type or local config directory")
+    p.add_argument(
+        "model", metavar="MODEL", help="model type, path of a config.json, or a folder holding one"
+    )
+    head = p.add_mutually_exclusive_group()
+    head.add_argument(
+        "--task",
+        metavar="TASK",
+        help=f"the head to build, one of: {', '.join(TASKS)}",
+    )
+    head.add_argument(
+        "--class",
+        dest="model_class",
+        metavar="NAME",
+        help="the transformers model class to build, e.g. BertForMaskedLM (of MODEL's type)",
+    )
     p.add_argument(
         "--max-memory",
         metavar="DEV=SIZE[,...]",
@@ -113,7 +157,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise UsageError(f"--plot {args.plot!r}: the file name must end in .png or .svg")
         started = time.perf_counter()
         try:
-            model, built = build_meta_model(args.model)
+            model, built = build_meta_model(args.model, task=args.task, model_class=args.model_class)
         except ModuleNotFoundError as exc:
             if exc.name not in _HF_LIBRARIES:
                 raise
@@ -188,8 +232,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if result.optimal is not None:
         on += "; no map keeps more" if result.optimal else "; the search stopped at its limit"
     print(on)
-    if any(usage.headroom for usage in result.places):
-        print("headroom: space reserved (not free) to run the largest offloaded layer on that device")
+    reserved = {usage.place for usage in result.places if usage.headroom}
+    if reserved:
+        why = []
+        if reserved - {"cpu"}:
+            why.append("on the main device to run the largest offloaded layer")
+        if "cpu" in reserved:
+            why.append("on the cpu to stage the largest disk-offloaded layer")
+        print(f"headroom: space reserved (not free) {'; '.join(why)}")
     for note in result.notes:
         print(f"note: {note}")
     if explained is not None:
