@@ -84,7 +84,9 @@ MATRIX_TESTS = [
     "tests/deepspeed/test_zero.py",
     "-k",
     # the integration subset (not the thread and env runs the default suite has), seed 002 on one
-    # emulated backend (the default suite runs three), seed 000 stock and with install()
+    # emulated backend (the default suite runs three), seed 000 stock and with install(), the
+    # accelerator DeepSpeed gets (its interface differs across 0.17-0.19) and ZeRO 0-3 on one
+    # emulated backend (DeepSpeed 0.18.9's ZeRO-1/2 found an emulator bug the others did not)
     "not concurrent and not idempotent and not context_manager and not imported_after and not env_ "
     "and not mlu and not musa and not integration_only",
 ]
