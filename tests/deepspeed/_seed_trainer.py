@@ -15,6 +15,30 @@ from typing import Any
 import _harness as H
 
 
+def seed_trainer_class() -> Any:
+    """``Trainer`` whose optimizer has no empty parameter group; otherwise the stock one.
+
+    Trainer puts the trainable weights into a decay and a no-decay group; LoRA (``bias="none"``)
+    trains no bias or norm, so the no-decay group is empty. DeepSpeed drops empty groups from a
+    client optimizer in ``deepspeed.initialize``. transformers 4.57's ``deepspeed_optim_sched``
+    builds the lr scheduler *before* that, on two groups (5.x no longer builds it there), and
+    torch >= 2.10's ``LRScheduler._update_lr`` zips them with ``strict=True``: every LoRA +
+    DeepSpeed Trainer run fails at its first step with "zip() argument 2 is longer than argument
+    1", long before the seed's checkpoint load. Dropping the empty group here is what DeepSpeed
+    does anyway and keeps the scheduler in step on every release: on transformers 5.24, where the
+    stock Trainer runs, both give bit-identical eval losses for the control and ZeRO 0-3.
+    """
+    from transformers import Trainer
+
+    class SeedTrainer(Trainer):
+        def create_optimizer(self, *args: Any, **kwargs: Any) -> Any:
+            optimizer = super().create_optimizer(*args, **kwargs)
+            optimizer.param_groups[:] = [g for g in optimizer.param_groups if g["params"]]
+            return optimizer
+
+    return SeedTrainer
+
+
 def attached(model: Any) -> int:
     return sum(1 for m in model.modules() if "_accelreg_placement" in m.__dict__)
 
@@ -29,14 +53,34 @@ def lora_live(model: Any) -> dict[str, Any]:
     return {n: p.detach().cpu().clone() for n, p in params}
 
 
-def check_adapter(trainer: Any, model: Any) -> dict[str, Any]:
-    """Live LoRA matrices vs the best checkpoint's adapter file, bit for bit; live SCB vs the
-    DeepSpeed module file."""
-    import torch
+def saved_lora(checkpoint: str) -> tuple[dict[str, Any], str]:
+    """The LoRA matrices a Trainer checkpoint holds (keys as in the adapter file), and where from.
+
+    The adapter file, unless it holds none: under ZeRO-3 without
+    ``stage3_gather_16bit_weights_on_model_save``, transformers 4.57 writes an empty adapter file
+    (its Trainer saves ``state_dict={}``; 5.x consolidates a PEFT model's trainable weights), and
+    the weights are only in DeepSpeed's checkpoint, which is what the best-model load reads
+    anyway. Then DeepSpeed's fp32 reconstruction of that checkpoint is the reference (training
+    is fp32, so it is the live weights' exact value).
+    """
     from safetensors.torch import load_file
 
+    saved = load_file(os.path.join(checkpoint, "adapter_model.safetensors"))
+    if any("lora_" in k for k in saved) or not glob.glob(os.path.join(checkpoint, "global_step*")):
+        return saved, "adapter file"
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    full = get_fp32_state_dict_from_zero_checkpoint(checkpoint, exclude_frozen_parameters=True)
+    return {k.replace(".default", ""): v for k, v in full.items() if "lora_" in k}, "deepspeed checkpoint"
+
+
+def check_adapter(trainer: Any, model: Any) -> dict[str, Any]:
+    """Live LoRA matrices vs the best checkpoint's adapter file (or DeepSpeed's checkpoint, see
+    :func:`saved_lora`), bit for bit; live SCB vs the DeepSpeed module file."""
+    import torch
+
     best = trainer.state.best_model_checkpoint
-    saved = load_file(os.path.join(best, "adapter_model.safetensors"))
+    saved, source = saved_lora(best)
     live = lora_live(model)
     equal, bad = 0, []
     for name, value in live.items():
@@ -47,6 +91,7 @@ def check_adapter(trainer: Any, model: Any) -> dict[str, Any]:
             bad.append(name)
     out: dict[str, Any] = {
         "best": os.path.basename(best),
+        "source": source,
         "lora_equal": equal,
         "lora_n": len(live),
         "bad": bad[:4],
@@ -56,7 +101,7 @@ def check_adapter(trainer: Any, model: Any) -> dict[str, Any]:
     )
     out["last"] = os.path.basename(runs[-1])
     if runs[-1] != best:
-        last = load_file(os.path.join(runs[-1], "adapter_model.safetensors"))
+        last = saved_lora(runs[-1])[0]
         out["best_differs_from_last"] = any(not torch.equal(last[k], saved[k]) for k in saved)
     files = sorted(glob.glob(os.path.join(best, "global_step*", "*model_states.pt")))
     if files:
@@ -84,7 +129,7 @@ def run(
     """One Trainer run; ``device`` is where the quantized model is loaded (and Trainer's device:
     the cpu, or the accelerator accelerate picks for this rank)."""
     import torch
-    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from transformers import TrainerCallback, TrainingArguments
 
     use_ds = stage is not None
     H.set_ds_env(use_ds)
@@ -142,7 +187,7 @@ def run(
     )
     if use_ds:
         kwargs["deepspeed"] = H.ds_config(stage, trainer=True)
-    trainer = Trainer(
+    trainer = seed_trainer_class()(
         model=model,
         args=TrainingArguments(**kwargs),
         train_dataset=Data(16),

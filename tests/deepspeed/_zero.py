@@ -131,6 +131,11 @@ def collectives(rank: int, world: int) -> dict[str, Any]:
     gathered = torch.empty(2 * world, device=dev)
     dist.all_gather_into_tensor(gathered, on([rank, rank]))
     out["all_gather_into_tensor"] = gathered.tolist()
+    # DeepSpeed 0.18's ZeRO-1/2 gathers the updated weights into flat buffers that require grad:
+    # a device runtime writes them outside autograd
+    flat = torch.zeros(2 * world, device=dev, requires_grad=True)
+    dist.all_gather_into_tensor(flat, on([rank, rank]))
+    out["all_gather_into_grad_buffer"] = flat.tolist()
     parts = [torch.empty(1, device=dev) for _ in range(world)]
     dist.all_gather(parts, on([10.0 * rank]))
     out["all_gather"] = [p.item() for p in parts]

@@ -245,8 +245,15 @@ class Helpers:
         combination runs on first use, at most two busy interpreters at a time."""
         key = f"zero-{name}-{nproc}"
         if key not in self.runs:
+            wanted = _ZERO_SELECTED | {(name, nproc)} if _ZERO_SELECTED else None
             for wave in ([("musa", 1), ("emu", 1)], [("musa", 2)], [("emu", 2)]):
-                self._together({f"zero-{n}-{k}": self._zero_job(n, k) for n, k in wave})
+                jobs = {
+                    f"zero-{n}-{k}": (n, k)
+                    for n, k in wave
+                    if (wanted is None or (n, k) in wanted) and f"zero-{n}-{k}" not in self.runs
+                }
+                if jobs:
+                    self._together({job: self._zero_job(*args) for job, args in jobs.items()})
         return self.runs[key]
 
     def two_nodes(self) -> Run:
@@ -299,6 +306,16 @@ class Helpers:
 
 
 _HELPERS: list[Helpers] = []
+#: The (backend, ranks) combinations the selected test_zero.py tests read (empty: all of them), so
+#: that a ``-k`` subset (the release matrix runs one backend) starts only the runs it checks.
+_ZERO_SELECTED: set[tuple[str, int]] = set()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.path.name == "test_zero.py" and "name" in params:
+            _ZERO_SELECTED.add((params["name"], params.get("nproc", 2)))  # collectives: 2 ranks
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,7 @@ def test_collectives_on_emulated_devices(ds_helpers: Any, name: str) -> None:
         c, rank = r["collectives"], r["rank"]
         assert c["all_reduce"] == [[3.0, 3.0, 3.0], f"{name}:{r['local_rank']}"], c  # DeepSpeed's all_reduce
         assert c["all_gather_into_tensor"] == [0.0, 0.0, 1.0, 1.0] and c["all_gather"] == [0.0, 10.0], c
+        assert c["all_gather_into_grad_buffer"] == [0.0, 0.0, 1.0, 1.0], c
         assert c["reduce_scatter_tensor"] == [4.0 * rank, 4.0 * rank + 2.0], c  # sum of [0, 1, 2, 3] twice
         assert c["reduce_scatter"] == [2.0 * (rank + 1)], c
         assert c["broadcast"] == [1.0, 1.0] and c["barrier"] is True, c

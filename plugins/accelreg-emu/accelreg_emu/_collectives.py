@@ -5,7 +5,9 @@ Each process group wraps a gloo process group made from the same store. An opera
 its device tensors to the host, runs gloo's operation there, waits for it and copies the
 results back into the device tensors (host tensors go to gloo as they are), so a finished
 operation returns an already-completed work. Emulated devices are host memory anyway: the
-copies cost what gloo's own staging would.
+copies cost what gloo's own staging would. As a device runtime's collectives do, they write
+their outputs outside autograd (DeepSpeed 0.18's ZeRO-1/2 gathers into buffers that require
+grad).
 
 The backend is registered under the collective name of the runtime being emulated (``hccl``
 for ``npu``/``hpu``, ``cncl`` for ``mlu``, ...; ``emuccl`` under ``emu``), which the plugin
@@ -23,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
 
 __all__ = ["register"]
 
@@ -41,6 +44,7 @@ def _host(t: torch.Tensor) -> torch.Tensor:
     return t if t.device.type == "cpu" else t.cpu()
 
 
+@torch.no_grad()
 def _back(targets: Sequence[torch.Tensor], hosts: Sequence[torch.Tensor]) -> None:
     for target, host in zip(targets, hosts, strict=True):
         if target is not host:
@@ -103,6 +107,7 @@ class EmulatedProcessGroup(dist.ProcessGroup):
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
+    @torch.no_grad()
     def _reduce_scatter_flat(self, output: torch.Tensor, flat: torch.Tensor, opts: Any) -> None:
         # all-reduce the whole input, keep this rank's chunk: twice gloo's traffic, exact sums
         host = flat.to("cpu", copy=True)
@@ -114,13 +119,14 @@ class EmulatedProcessGroup(dist.ProcessGroup):
     def allgather(
         self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
     ) -> Any:
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _c10d.AllgatherOptions()  # not in torch.distributed's namespace
         host_outputs = [[_host(t) for t in group] for group in outputs]
         self._gloo.allgather(host_outputs, [_host(t) for t in inputs], opts).wait()
         for group, hosts in zip(outputs, host_outputs, strict=True):
             _back(group, hosts)
         return _done(outputs)
 
+    @torch.no_grad()
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         target = output if output.is_contiguous() else output.contiguous()
         chunks = list(torch.chunk(target.view(-1), self.size()))
