@@ -620,7 +620,7 @@ def _needs_disk_offload(why):
     if why is not None:
         pytest.skip(
             f"transformers {transformers.__version__}, stock, fails to load a tied pair offloaded to "
-            f"disk ({why}); docs/compatibility.md"
+            f"disk ({why}); the disk-offload tests build on upstream's own offload"
         )
 
 
