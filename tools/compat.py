@@ -227,6 +227,17 @@ def table(_: argparse.Namespace) -> None:
                 f"{len(item['passes_stock_fails_installed'])} | {len(item['fails_stock_passes_installed'])} | {item.get('date', '')} |"
             )
         lines.append("")
+        for dist, item in data["suites"].items():
+            notes = []
+            if item.get("selection"):
+                ran = sum(item["stock"].values())
+                notes.append(f"{ran} of the {item['collected']} tests collected ({item['selection']})")
+            if item.get("seconds"):
+                notes.append(
+                    f"{item['seconds']['stock']} s stock, {item['seconds']['installed']} s installed"
+                )
+            if notes:
+                lines += [f"- {dist}: " + "; ".join(notes) + ".", ""]
     survey_path = RECORDS / "survey.json"
     if survey_path.exists():
         data = json.loads(survey_path.read_text())

@@ -31,7 +31,7 @@ from pathlib import Path
 _CASE = re.compile(r"-(\w+Config)-config_kwargs(\d+)\]$")
 
 
-def _one_case_per_tuner(ids: list[str]) -> list[str]:
+def _first_case_of_each_tuner_config(ids: list[str]) -> list[str]:
     """peft's parametrized grid, thinned: for each test method and each tuner config class
     (``LoraConfig``, ``C3AConfig``, ... 35 in peft 0.21), its first case only.
     test_custom_models.py alone collects 19,485 tests (about 40 minutes a run here); every tuner
@@ -91,7 +91,7 @@ SUITES: list[Suite] = [
             "tests/test_mixed.py",
         ],
         emulate="npu",
-        select=_one_case_per_tuner,
+        select=_first_case_of_each_tuner_config,
         tests_package=True,
     ),
 ]
