@@ -218,9 +218,20 @@ def upstream(session: nox.Session, release_set: str) -> None:
     """accelerate's and peft's own CPU-runnable tests, stock and with ``install()``: fails on
     any test that passes stock and fails installed (tools/upstream_compare.py)."""
     folder = layer(session, release_set)
+    # the suites' test deps; peft's testing_utils imports datasets, its testing_common diffusers
+    # (pinned: neither replaces torch, transformers or huggingface_hub in any set of the window)
     session.run(
-        "python", "-m", "pip", "install", "--quiet", "parameterized", "scipy", "pytest-cov"
-    )  # the suites' test deps
+        "python",
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "parameterized",
+        "scipy",
+        "pytest-cov",
+        "datasets==5.2.0",
+        "diffusers==0.42.1",
+    )
     session.run(
         "python",
         "tools/upstream_compare.py",

@@ -213,7 +213,10 @@ def table(_: argparse.Namespace) -> None:
             "",
             "Each library's tests from its sdist, run twice in fresh pytest processes (stock, and with a",
             "plugin that calls `accelreg.install()` first); test ids and outcomes compared",
-            "(`tools/upstream_compare.py`).",
+            "(`tools/upstream_compare.py`). No network here: tests that load a hub model fail in both",
+            "runs alike; peft's tests that switch offline mode off (`hub_online_once`) are left out, as",
+            "each of their downloads retries for about half a minute. peft's runs are under the emulated npu,",
+            "where its `infer_device()` differs from the CPU's.",
             "",
             "| library | files | run on | stock passed/failed/skipped | with `install()` | passes stock, fails installed | fails stock, passes installed | date |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -227,6 +230,17 @@ def table(_: argparse.Namespace) -> None:
                 f"{len(item['passes_stock_fails_installed'])} | {len(item['fails_stock_passes_installed'])} | {item.get('date', '')} |"
             )
         lines.append("")
+        for dist, item in data["suites"].items():
+            notes = []
+            if item.get("selection"):
+                ran = sum(item["stock"].values())
+                notes.append(f"{ran} of the {item['collected']} tests collected ({item['selection']})")
+            if item.get("seconds"):
+                notes.append(
+                    f"{item['seconds']['stock']} s stock, {item['seconds']['installed']} s installed"
+                )
+            if notes:
+                lines += [f"- {dist}: " + "; ".join(notes) + ".", ""]
     survey_path = RECORDS / "survey.json"
     if survey_path.exists():
         data = json.loads(survey_path.read_text())

@@ -119,6 +119,23 @@ def check_inplace_ops():
         assert b.sum().item() == 0
 
 
+def check_lazy_conjugate_and_negative_bits():
+    # torch.fft.ifft of a real tensor returns a lazy conjugate (peft's C3A and FourierFT
+    # adapters use it); reading one back used to recurse in _copy_from until the process crashed
+    x, w = torch.randn(4, 3, 8), torch.randn(5, 3, 8)
+    for i in range(N):
+        f, ref = torch.fft.ifft(x.to(dev(i))), torch.fft.ifft(x)
+        assert f.is_conj() and torch.equal(f.cpu(), ref)
+        out = torch.einsum("...nb,mnb->...mb", f, torch.fft.fft(w.to(dev(i))))
+        assert torch.allclose(out.cpu(), torch.einsum("...nb,mnb->...mb", ref, torch.fft.fft(w)), atol=1e-5)
+        z = torch.complex(x, -x)
+        neg = z.to(dev(i)).conj().imag  # a lazy negative view
+        assert neg.is_neg() and torch.equal(neg.cpu(), x) and torch.equal(neg.to(dev(N - 1 - i)).cpu(), x)
+        copied = torch.empty_like(f)
+        copied.copy_(f)
+        assert torch.equal(copied.cpu(), ref)
+
+
 def check_indexing_with_host_and_device_indices():
     a = torch.arange(10.0, device="npu:1")
     assert a[3].item() == 3.0

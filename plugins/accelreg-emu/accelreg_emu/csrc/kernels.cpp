@@ -8,7 +8,9 @@
 #include <ATen/ops/_copy_from_and_resize_native.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/_neg_view.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/conj.h>
 #include <ATen/ops/copy.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/unfold_native.h>
@@ -62,8 +64,17 @@ at::Tensor host_view(const at::Tensor& t) {
     return t;
   }
   auto* data = static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize();
-  return at::from_blob(data, t.sizes(), t.strides(),
-                       at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU));
+  auto host = at::from_blob(data, t.sizes(), t.strides(),
+                            at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU));
+  // The lazy conjugate and negative bits (torch.fft.ifft's result, x.conj()) travel with the
+  // view, so the CPU copy resolves them as it would on the device.
+  if (t.is_conj()) {
+    host = host.conj();
+  }
+  if (t.is_neg()) {
+    host = host._neg_view();
+  }
+  return host;
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
@@ -182,6 +193,19 @@ TORCH_LIBRARY_IMPL(aten, ACCELREG_EMU_KEY, m) {
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("record_stream", TORCH_FN(record_stream));
+}
+
+// torch's conjugate and negative fallbacks resolve a lazy bit with a clone, whose copy comes
+// back to ``_copy_from``: without these fallthroughs that recursion never ends (a segfault on
+// ``torch.fft.ifft(x).cpu()``). ``copy_from`` resolves the bits on the host instead.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace accelreg_emu
