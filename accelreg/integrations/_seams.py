@@ -70,6 +70,9 @@ class Adapter:
         module: Where the seam lives in this shape, when not at :attr:`Seam.module`.
         target: The attribute path checked (and patched, with ``make``) in this shape, when not
             :attr:`Seam.name`: a release where the seam's job is done by another function.
+        absent: This shape is the seam's *absence*: it matches when the module exists and the
+            attribute does not (a release older than the code the seam fixes); ``make`` must be
+            ``None``.
     """
 
     name: str
@@ -79,6 +82,7 @@ class Adapter:
     probe: Callable[[Any], bool] | None = None
     module: str = ""
     target: str = ""
+    absent: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ class Seam:
         fingerprint: Raw-source fingerprint of the implicit adapter (private functions).
         why: One line: what the replacement does (docs, ``accelreg env``, the skip warning).
         adapters: The known shapes, tried in order; the first that matches is installed.
+        instead: What a user whose seam was skipped can do without it (the skip warning);
+            empty: :data:`PATCH_FREE`.
     """
 
     module: str
@@ -105,6 +111,7 @@ class Seam:
     fingerprint: str = ""
     why: str = ""
     adapters: tuple[Adapter, ...] = ()
+    instead: str = ""
 
     def candidates(self) -> tuple[Adapter, ...]:
         """The adapters to try, in order."""
@@ -286,7 +293,7 @@ class Integration:
                     IntegrationWarning(
                         f"accelreg: {self.name} {version}: seam {m.seam.module}.{m.seam.name} skipped "
                         f"({m.reason}); lost: {m.seam.why or 'its fix'}. The other seams are on. "
-                        f"Instead: {PATCH_FREE}"
+                        f"Instead: {m.seam.instead or PATCH_FREE}"
                     ),
                     stacklevel=2,
                 )
@@ -381,8 +388,14 @@ def _match_live(integ: Integration, seam: Seam) -> Match:
         where, name = adapter.module or seam.module, adapter.target or seam.name
         try:
             module = importlib.import_module(where)
+        except ImportError as exc:
+            reasons.append(f"{adapter.name}: {where}.{name} not found ({exc})")
+            continue
+        try:
             owner, attr = _owner(module, name)
-        except (ImportError, AttributeError) as exc:
+        except AttributeError as exc:
+            if adapter.absent:
+                return Match(seam, adapter, reason=f"{where}.{name} does not exist in this release")
             reasons.append(f"{adapter.name}: {where}.{name} not found ({exc})")
             continue
         original = (
@@ -390,6 +403,11 @@ def _match_live(integ: Integration, seam: Seam) -> Match:
             if isinstance(owner, type)
             else getattr(owner, attr, None)
         )
+        if adapter.absent:
+            if original is None:
+                return Match(seam, adapter, reason=f"{where}.{name} does not exist in this release")
+            reasons.append(f"{adapter.name}: {where}.{name} exists")
+            continue
         if original is None:
             reasons.append(f"{adapter.name}: {where}.{name} does not exist")
             continue
@@ -419,6 +437,11 @@ def _match_static(seam: Seam, root: str | None) -> Match:
     for adapter in seam.candidates():
         where, name = adapter.module or seam.module, adapter.target or seam.name
         node = _node_in_source(where, name, root)
+        if adapter.absent:
+            if node == _ABSENT:
+                return Match(seam, adapter, reason="static read of the source: it does not exist")
+            reasons.append(f"{adapter.name}: {where}.{name} {node if isinstance(node, str) else 'exists'}")
+            continue
         if isinstance(node, str):
             reasons.append(f"{adapter.name}: {where}.{name} {node}")
             continue
@@ -474,23 +497,35 @@ def _params_of_node(node: ast.AST) -> tuple[str, ...] | None:
 
 
 def _source_file(module: str, root: str | None) -> str | None:
-    if root is not None:
-        import os
+    """The ``.py`` file of ``module``, found without importing it or its parent packages (a
+    ``find_spec`` of a dotted name imports the parents, which for peft means transformers and
+    bitsandbytes: seconds of imports, and their import-time messages, in ``accelreg env``)."""
+    import os
 
-        path = os.path.join(root, *module.split("."))
+    top, _, rest = module.partition(".")
+    if root is not None:
+        bases = [os.path.join(root, top)]
+    else:
+        try:
+            spec = importlib.util.find_spec(top)  # a top-level name: located, not imported
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        if not rest:
+            origin = getattr(spec, "origin", None)
+            return origin if origin and origin.endswith(".py") else None
+        bases = list(spec.submodule_search_locations or ())
+    for base in bases:
+        path = os.path.join(base, *rest.split(".")) if rest else base
         for candidate in (path + ".py", os.path.join(path, "__init__.py")):
             if os.path.isfile(candidate):
                 return candidate
-        return None
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    origin = getattr(spec, "origin", None)
-    return origin if origin and origin.endswith(".py") else None
+    return None
 
 
 _PARSED: dict[str, ast.Module] = {}
+_ABSENT = "does not exist"
 
 
 def _node_in_source(module: str, dotted: str, root: str | None) -> ast.AST | str:
@@ -517,7 +552,7 @@ def _node_in_source(module: str, dotted: str, root: str | None) -> ast.AST | str
             None,
         )
         if node is None:
-            return "does not exist"
+            return _ABSENT
         body = node.body
     assert node is not None
     return node
