@@ -62,8 +62,9 @@ SETS: dict[str, dict[str, str]] = {
     },
     "dev": {},
     "newest": {
-        # transformers 5.25 declares kernels>=0.19.1, which the index lacks: --no-deps skips it
+        # transformers 5.25 requires kernels (>=0.19.1,<0.20) and kernelizes every load by default
         "transformers": "5.25.0",
+        "kernels": "0.19.1",
         "accelerate": "1.16.0",
         "peft": "0.21.2",
         "deepspeed": "0.19.8",
@@ -91,10 +92,10 @@ MATRIX_TESTS = [
     "and not mlu and not musa and not integration_only",
 ]
 
-#: Environment a set needs. transformers 5.25 loads hub kernels by default and then requires the
-#: ``kernels`` package (>=0.19.1), which the package index does not have: every from_pretrained
-#: fails with "Kernels are not available" unless kernels are switched off, as a user here must.
-SET_ENV: dict[str, dict[str, str]] = {"newest": {"USE_HUB_KERNELS": "0"}}
+#: Environment a set needs. None today: the newest set runs as users get it, with transformers
+#: 5.25 kernelizing every load by default (accelreg's hub_kernels.kernelize seam). Until the
+#: package index had ``kernels``, that set needed ``USE_HUB_KERNELS=0``.
+SET_ENV: dict[str, dict[str, str]] = {}
 
 #: Tests a set cannot run, and why (recorded in docs/compatibility.md). None today: seed 000's
 #: Trainer run on the oldest set needs the harness's one-group optimizer (tests/deepspeed/_seed_trainer.py).

@@ -6,9 +6,9 @@ first on the path, so the newest set is checked against the newest releases): wi
 ``--no-index`` any requirement the installed releases do not satisfy is an error, and the
 report must list nothing but accelreg itself. No network is needed.
 
-A release set layered with ``--no-deps`` can lack a library's *own* dependency (transformers
-5.25 declares ``kernels``, which the index does not have); pip then fails naming that library
-as the one asking. That is not accelreg's requirement: the test checks that every unmet
+A release set layered with ``--no-deps`` can lack a library's *own* dependency (one the set
+does not pin and the base environment does not satisfy); pip then fails naming that library as
+the one asking. That is not accelreg's requirement: the test checks that every unmet
 requirement pip names comes from another library, and checks accelreg's own requirements
 against the installed releases itself.
 """

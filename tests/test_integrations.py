@@ -414,7 +414,7 @@ def test_a_seam_matching_no_adapter_is_skipped_alone_with_one_warning(monkeypatc
     assert status["skipped"] == [
         "transformers.quantizers.quantizer_bnb_4bit.Bnb4BitHfQuantizer.update_device_map"
     ]
-    assert "1 of 7 seams match no adapter" in status["note"]
+    assert f"1 of {len(integ.seams)} seams match no adapter" in status["note"]
     integ.disable()
     assert snap.diff() == []
 
@@ -498,6 +498,63 @@ def test_the_static_survey_agrees_with_the_live_match():
         live = [(m.seam.name, m.adapter and m.adapter.name) for m in integ.match()]
         static = [(m.seam.name, m.adapter and m.adapter.name) for m in integ.survey()]
         assert live == static, name
+
+
+def test_an_absent_adapter_matches_only_where_the_seam_does_not_exist(tmp_path, monkeypatch):
+    """A release older than the code a seam fixes: its adapter is the seam's absence, matched
+    live and statically when the module exists and the attribute does not."""
+    package = tmp_path / "arfake"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mod.py").write_text("def present():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    absent = (_seams.Adapter("older: none", None, absent=True),)
+    integ = _seams.Integration(
+        "fake",
+        "arfake-dist",
+        ">=0",
+        [
+            _seams.Seam("arfake.mod", "missing", adapters=absent),
+            _seams.Seam("arfake.mod", "present", adapters=absent),
+            _seams.Seam("arfake.nomodule", "missing", adapters=absent),
+        ],
+    )
+    for how, matches in (
+        ("live", integ.match()),
+        ("static", integ.survey()),
+        ("root", integ.survey(str(tmp_path))),
+    ):
+        missing, present, no_module = matches
+        assert missing.adapter is not None and missing.adapter.name == "older: none", how
+        assert present.adapter is None and "exists" in present.reason, (how, present.reason)
+        assert no_module.adapter is None, (how, no_module.reason)
+
+
+def test_env_imports_none_of_the_libraries():
+    """``accelreg env`` reads the libraries' sources; it imports none of them (a ``find_spec``
+    of a dotted name used to import peft, and with it transformers and bitsandbytes)."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from accelreg.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = main(['env', '--json'])\n"
+        "libs = ('transformers', 'accelerate', 'peft', 'deepspeed', 'bitsandbytes', 'kernels')\n"
+        "print(json.dumps([rc, sorted(m for m in libs if m in sys.modules)]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELREG_")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [0, []], proc.stdout
+
+
+def test_hub_kernels_support_asks_the_kernels_library():
+    from accelreg.integrations.transformers import hub_kernels_support
+
+    if importlib.util.find_spec("kernels") is None:
+        assert hub_kernels_support("cpu") is False  # nothing to run kernels with
+        return
+    assert hub_kernels_support("cpu") is True
+    assert hub_kernels_support("accelreg-no-such-type") is False
 
 
 @pytest.mark.parametrize("where", ["last seam", "on_enable"])

@@ -33,6 +33,19 @@ functions are matched by :func:`~accelreg.integrations._seams.shape`, see docs/c
   accelerator indices of a planned map, the user's own values for a map the user wrote),
   while loading itself uses fully qualified devices.
 
+* ``integrations.hub_kernels.kernelize`` — transformers 5.25 kernelizes every
+  ``from_pretrained`` by default once the ``kernels`` package is installed, and then (a) reads
+  an int device-map value as a device (``device_map={"": 1}``: ``'int' object has no attribute
+  'type'``, on any accelerator) and (b) hands the device type to the kernels library, which
+  refuses every type outside its own list (``Unsupported device type '<type>'``): a backend the
+  registry knows, loading any model, fails. The replacement qualifies int values through the
+  registry and, when kernels were not asked for (the default) and the kernels library does not
+  run on the device type (asked by :func:`hub_kernels_support`, a behaviour probe of its public
+  ``kernelize``), leaves the model's own torch layers in place, as upstream's fallback does
+  for a layer without a kernel: ``model.use_kernels`` reads ``False``. An explicit
+  ``use_kernels=True`` is passed through, so the kernels library's own error answers it.
+  Releases before 5.13 have no ``kernelize`` there; 5.13-5.24 kernelize only on request.
+
 transformers 4.57 has no ``check_and_set_device_map`` (``from_pretrained`` normalises inline,
 then calls ``modeling_utils._get_device_map``, whose 4.57 adapter qualifies every dict value
 through the registry) and its ``expand_device_map`` already matches exact dotted prefixes
@@ -53,7 +66,15 @@ from typing import Any
 
 from ._seams import LIBRARIES, Adapter, Integration, Seam
 
-__all__ = ["INTEGRATION", "STRATEGIES", "disable", "enable", "enabled", "normalize_device_map"]
+__all__ = [
+    "INTEGRATION",
+    "STRATEGIES",
+    "disable",
+    "enable",
+    "enabled",
+    "hub_kernels_support",
+    "normalize_device_map",
+]
 
 log = logging.getLogger("accelreg.integrations.transformers")
 
@@ -68,6 +89,7 @@ class _Load:
 
     offload_folder: Any = None
     host_form: dict[str, Any] | None = None  # hf_device_map as transformers itself would give it
+    use_kernels: Any = None  # what the caller passed (None: transformers' default)
 
 
 _load: contextvars.ContextVar[_Load | None] = contextvars.ContextVar("accelreg_load", default=None)
@@ -221,7 +243,7 @@ def _plan_for_load(
 def _from_pretrained(original: Any) -> Any:
     @functools.wraps(original)
     def from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        load = _Load(offload_folder=kwargs.get("offload_folder"))
+        load = _Load(offload_folder=kwargs.get("offload_folder"), use_kernels=kwargs.get("use_kernels"))
         token = _load.set(load)
         try:
             model = original(cls, *args, **kwargs)
@@ -314,6 +336,65 @@ def _postprocess_model(original: Any) -> Any:
     return postprocess_model
 
 
+@functools.cache
+def hub_kernels_support(device_type: str) -> bool:
+    """Whether the installed ``kernels`` library accepts ``device_type`` (a torch device type): its public
+    ``kernelize`` is run on an empty module for that type (a behaviour probe, no list of names).
+
+    ``False`` also when ``kernels`` is not installed. The patch-free path uses it too: where it
+    is ``False`` on a transformers that kernelizes by default (5.25), pass
+    ``from_pretrained(..., use_kernels=False)`` (or set ``USE_HUB_KERNELS=0``).
+    """
+    try:
+        import kernels
+        import torch
+    except ImportError:
+        return False
+    try:
+        kernels.kernelize(torch.nn.Module(), mode=kernels.Mode.INFERENCE, device=device_type)
+    except ValueError:
+        return False
+    except Exception as exc:  # noqa: BLE001 - an unforeseen answer: let upstream speak for itself
+        log.debug("kernels.kernelize probe for %r raised %s: %s", device_type, type(exc).__name__, exc)
+    return True
+
+
+def _kernels_device_type(model: Any, device_map: dict[str, Any] | None) -> str:
+    """The device type transformers' kernelize works on: the first accelerator of the map,
+    else the model's device."""
+    import torch
+
+    for value in (device_map or {}).values():
+        if str(value) not in ("cpu", "disk", "meta"):
+            return torch.device(value).type
+    return torch.device(model.device).type
+
+
+def _kernelize(original: Any) -> Any:
+    @functools.wraps(original)
+    def kernelize(
+        model: Any, mode: Any = None, kernel_config: Any = None, device_map: Any = None, **more: Any
+    ) -> Any:
+        from ..resolution import qualify
+
+        if isinstance(device_map, dict):  # an int is an index of the registry's backend, not a device
+            device_map = {k: qualify(v) if isinstance(v, int) else v for k, v in device_map.items()}
+        load = _load.get()
+        if load is not None and load.use_kernels is None:  # transformers' default, not a request
+            device_type = _kernels_device_type(model, device_map)
+            if not hub_kernels_support(device_type):
+                log.info(
+                    "the kernels library does not run on %r: %s keeps its torch layers "
+                    "(from_pretrained(use_kernels=True) asks for kernels anyway)",
+                    device_type,
+                    type(model).__name__,
+                )
+                return None
+        return original(model, mode=mode, kernel_config=kernel_config, device_map=device_map, **more)
+
+    return kernelize
+
+
 #: Shapes (:func:`~accelreg.integrations._seams.shape`) of the private functions, per release
 #: family, read from every release in the window (docs/compatibility.md lists them).
 _CHECK_5 = ("35e14fb17d5bcc80",)  # 5.0-5.25
@@ -329,6 +410,17 @@ _EXPAND_457 = ("ce57bc8aa6fb2737",)  # 4.57.x: exact dotted prefixes (nothing to
 _BNB8 = ("73df0f3df692e403", "0273761cb2b0d6c2", "0292ddef364a88a2")  # 4.57 / 5.0-5.3 / 5.4+
 _BNB4 = ("0273761cb2b0d6c2", "0292ddef364a88a2")  # 4.57-5.3 / 5.4+
 _GET_PARAMS = ("model", "device_map", "max_memory", "hf_quantizer")
+_KERNELIZE_DEFAULT = ("88a2f4cb507e77bb",)  # 5.25: from_pretrained kernelizes unless told not to
+_KERNELIZE_ON_REQUEST = (
+    "224b780e922dca67",  # 5.13-5.14
+    "4c5b39b1181aa626",  # 5.15-5.16
+    "0a8cd555efc5c538",  # 5.17
+    "ee5d16ffe5a160bf",  # 5.18
+    "b5c5c32882de9f2a",  # 5.19
+    "5d37e3b6dde5c4b9",  # 5.20-5.22
+    "5d744bb7f1c9f19b",  # 5.23-5.24
+)
+_HK = "transformers.integrations.hub_kernels"
 
 INTEGRATION = Integration(
     name="transformers",
@@ -395,6 +487,27 @@ INTEGRATION = Integration(
             _postprocess_model,
             params=("self", "model"),
             why="attach the quantized-weight placement rules after loading",
+        ),
+        Seam(
+            _HK,
+            "kernelize",
+            importers=(_MU,),
+            why="hub kernels by default: int device-map values resolved, and a device type the kernels "
+            "library does not run on keeps the model's torch layers instead of failing the load",
+            adapters=(
+                Adapter(
+                    "5.25: by default",
+                    _kernelize,
+                    shapes=_KERNELIZE_DEFAULT,
+                    params=("model", "mode", "kernel_config", "device_map"),
+                ),
+                Adapter(
+                    "5.13-5.24: on request only", None, shapes=_KERNELIZE_ON_REQUEST, params=("model", "mode")
+                ),
+                Adapter("4.57-5.12: none", None, absent=True),
+            ),
+            instead="pass from_pretrained(..., use_kernels=False) or set USE_HUB_KERNELS=0 where the kernels "
+            "library does not run on your backend (accelreg.integrations.transformers.hub_kernels_support)",
         ),
         Seam(
             _MU,

@@ -156,12 +156,40 @@ def check_canary_seed_002_int_device_turned_into_cuda_fails():
         )
 
 
+def kernelizes_by_default():
+    """Whether stock from_pretrained kernelizes a load nobody asked kernels for (transformers
+    5.25 with the ``kernels`` package installed): read from what a cpu load reports."""
+    return bool(GPT2LMHeadModel.from_pretrained(TINY_PATH).use_kernels)
+
+
 def check_plain_int_device_map_works_since_torch_2_13():
-    """The case DESIGN.md records as fixed upstream: a bare int is the current accelerator."""
-    model = GPT2LMHeadModel.from_pretrained(TINY_PATH, device_map={"": 1})
+    """The case DESIGN.md records as fixed upstream: a bare int is the current accelerator
+    (with kernels off: transformers 5.25's default kernelization is the canary below)."""
+    model = GPT2LMHeadModel.from_pretrained(TINY_PATH, device_map={"": 1}, use_kernels=False)
     assert model.transformer.wte.weight.device == torch.device("npu:1")
     ids = IDS.to("npu:1")  # one device: no dispatch hooks, inputs are the caller's job
     assert abs(model(ids, labels=ids).loss.item() - CPU_LOSS) < 1e-5
+    del model
+    gc.collect()
+
+
+def check_canary_default_kernelization_reads_an_int_device_map_value_as_a_device():
+    """transformers 5.25 kernelizes every load by default once ``kernels`` is installed, and its
+    hub_kernels.kernelize takes the first device-map value for a device: ``{"": 1}`` fails with
+    "'int' object has no attribute 'type'" (on any accelerator; ``{"": 0}`` escapes only because
+    0 is falsy). Releases that do not kernelize by default load it."""
+    by_default = kernelizes_by_default()
+    try:
+        model = GPT2LMHeadModel.from_pretrained(TINY_PATH, device_map={"": 1})
+    except AttributeError as e:
+        assert by_default, f"{e!r} from a release that does not kernelize by default"
+        assert "'int' object has no attribute 'type'" in str(e), repr(e)
+        return
+    assert not by_default, (
+        CHANGED + 'transformers kernelizes by default and now loads device_map={"": 1}: the int '
+        "qualification in accelreg's hub_kernels.kernelize seam may be unneeded now"
+    )
+    assert model.transformer.wte.weight.device == torch.device("npu:1")
     del model
     gc.collect()
 '''

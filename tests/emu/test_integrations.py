@@ -171,8 +171,8 @@ class CudaRecorder:
         return sorted({c for c in self.calls if c[0] != "torch.cuda.is_current_stream_capturing"})
 
 
-def load_and_generate(device_map):
-    model = Qwen2ForCausalLM.from_pretrained(TINY_PATH, device_map=device_map)
+def load_and_generate(device_map, **kwargs):
+    model = Qwen2ForCausalLM.from_pretrained(TINY_PATH, device_map=device_map, **kwargs)
     first = next(model.parameters()).device
     out = model.generate(IDS.to(first), max_new_tokens=3, do_sample=False)
     with torch.no_grad():
@@ -180,12 +180,41 @@ def load_and_generate(device_map):
     return model, out, logits
 
 
+#: Stock from_pretrained kernelizes every load by default (transformers 5.25 with ``kernels``
+#: installed), read from what a cpu load reports; and whether the kernels library runs on NAME.
+BY_DEFAULT = bool(Qwen2ForCausalLM.from_pretrained(TINY_PATH).use_kernels)
+KERNELS_RUN_HERE = _ar_tf.hub_kernels_support(NAME)
+#: What a stock (patch-free) load needs on this backend: kernels off where the library refuses it.
+STOCK = {} if KERNELS_RUN_HERE or not BY_DEFAULT else {"use_kernels": False}
+
+
+def check_canary_without_accelreg_default_kernelization_fails_where_kernels_do_not_run():
+    """Before install(): transformers 5.25 hands every load's device type to the kernels
+    library, whose own list of device types (cpu, cuda, mps, neuron, npu, rocm, tpu, xpu) is a
+    ladder too: a backend it does not list (mlu, musa, any vendor's plugin) cannot load a model."""
+    assert not _ar_tf.INTEGRATION.enabled
+    try:
+        model = Qwen2ForCausalLM.from_pretrained(TINY_PATH, device_map={"": f"{NAME}:0"})
+    except ValueError as e:
+        assert BY_DEFAULT and not KERNELS_RUN_HERE, f"{e!r} where kernels are off or run on {NAME}"
+        assert f"Unsupported device type '{NAME}'" in str(e), repr(e)
+        return
+    assert KERNELS_RUN_HERE or not BY_DEFAULT, (
+        CHANGED + f"stock transformers kernelizes by default and now loads on {NAME}, which the kernels "
+        "library refuses: accelreg's hub_kernels.kernelize seam may be unneeded now"
+    )
+    assert model.use_kernels == BY_DEFAULT, (model.use_kernels, BY_DEFAULT)
+    assert {p.device.type for p in model.parameters()} == {NAME}
+    del model
+    gc.collect()
+
+
 def check_canary_without_accelreg_transformers_get_max_memory_asks_cuda():
     """Before install(): stock transformers' get_max_memory ladder still asks torch.cuda on a
     non-CUDA accelerator (transformers 5.24, integrations/accelerate.py)."""
     assert not _ar_tf.INTEGRATION.enabled and not _ar_acc.INTEGRATION.enabled
     with CudaRecorder() as rec:
-        model, out, _ = load_and_generate("auto")
+        model, out, _ = load_and_generate("auto", **STOCK)
     assert {p.device.type for p in model.parameters()} == {NAME}
     assert torch.equal(out.cpu(), CPU_GENERATED)
     asked = rec.names()
@@ -203,14 +232,16 @@ def check_canary_without_accelreg_transformers_get_max_memory_asks_cuda():
 
 def check_patch_free_seed_002_device_map_for_loads_on_the_backend_without_cuda():
     """Without install(): accelreg.device_map_for gives fully qualified devices of the registry,
-    which stock from_pretrained loads as they are; nothing asks torch.cuda."""
+    which stock from_pretrained loads as they are (with ``use_kernels=False`` where transformers
+    kernelizes by default and the kernels library does not run: ``STOCK``); nothing asks
+    torch.cuda."""
     assert not _ar_tf.INTEGRATION.enabled and not _ar_acc.INTEGRATION.enabled
     whole = {k: f"{NAME}:0" for k in accelreg.device_map_for(TINY_PATH, {f"{NAME}:0": "1GiB", "cpu": "1GiB"})}
     spread = accelreg.device_map_for(TINY_PATH, {f"{NAME}:0": "300KiB", f"{NAME}:1": "1GiB", "cpu": "1GiB"})
     assert set(spread.values()) == {f"{NAME}:0", f"{NAME}:1"}, spread
     for device_map, expected in ((whole, {f"{NAME}:0"}), (spread, {f"{NAME}:0", f"{NAME}:1"})):
         with CudaRecorder() as rec:
-            model, out, logits = load_and_generate(device_map)
+            model, out, logits = load_and_generate(device_map, **STOCK)
             devices = {str(p.device) for p in model.parameters()}
         assert rec.names() == [], rec.names()
         assert devices == expected, (device_map, devices)
@@ -257,6 +288,26 @@ def check_int_device_map_1_loads_on_device_1_without_cuda():
 
 def check_backend_name_device_map_is_device_0():
     _loads_onto(NAME, {f"{NAME}:0"})
+    gc.collect()
+
+
+def check_hub_kernels_by_default_keep_torch_layers_where_kernels_do_not_run():
+    """With install(): the default kernelization of 5.25 no longer fails a load on a backend the
+    kernels library does not list; the model keeps its torch layers and says so
+    (use_kernels False), as upstream's fallback does for a layer without a kernel. Where kernels
+    run, or were asked for explicitly, upstream's behaviour is unchanged."""
+    model = _loads_onto({"": 1}, {f"{NAME}:1"})
+    assert model.use_kernels == (BY_DEFAULT and KERNELS_RUN_HERE), (model.use_kernels, BY_DEFAULT)
+    del model
+    gc.collect()
+    if not BY_DEFAULT or KERNELS_RUN_HERE:
+        return
+    try:  # asked for explicitly: the kernels library's own answer stands
+        Qwen2ForCausalLM.from_pretrained(TINY_PATH, device_map={"": 0}, use_kernels=True)
+    except ValueError as e:
+        assert f"Unsupported device type '{NAME}'" in str(e), repr(e)
+    else:
+        raise AssertionError(f"use_kernels=True on {NAME} loaded although the kernels library refuses it")
     gc.collect()
 
 
