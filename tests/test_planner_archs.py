@@ -77,9 +77,15 @@ def offload_scenarios(total: int) -> dict[str, dict[str, int]]:
 
 
 @functools.cache
+def reference_file() -> dict:
+    """``{"transformers": the release it was written on, "classes": {class: {"total": bytes,
+    "optimum": {scenario: bytes or None}}}}``."""
+    return json.loads(REFERENCE.read_text())
+
+
 def reference() -> dict:
-    """The stored exact optima: ``{class: {"total": bytes, "optimum": {scenario: bytes or None}}}``."""
-    return json.loads(REFERENCE.read_text())["classes"]
+    """The stored exact optima per class."""
+    return reference_file()["classes"]
 
 
 def certain_no_fit(layout, budgets: dict[str, int]) -> str | None:
@@ -251,10 +257,15 @@ def mapping_classes() -> list[str]:
 
 @pytest.mark.slow
 def test_every_lm_and_pretraining_class_plans_validly():
+    """On the release the reference was written on, every class must be in it, and the
+    unbuildable ones are exactly the documented list. On another release (a fresh install takes
+    the newest) a class that is new or changed size has no stored optimum: its plans are checked
+    for validity alone (a refusal must be provably right), and the rest against their optima."""
     import transformers
 
+    same_release = transformers.__version__ == reference_file()["transformers"]
     unbuildable: dict[str, str] = {}
-    planned = 0
+    planned, unreferenced = 0, []
     for name in mapping_classes():
         if not hasattr(transformers, name):
             unbuildable[name] = "not exported by transformers"
@@ -266,21 +277,29 @@ def test_every_lm_and_pretraining_class_plans_validly():
             continue
         total = analyze(model)[0].total
         stored = reference().get(name)
-        assert stored is not None and stored["total"] == total, (
-            f"{name}: tests/data/planner_optimum.json is stale (size {total}, stored "
-            f"{stored and stored['total']}); run python benchmarks/bench_planner_residency.py "
-            "--write-reference tests/data/planner_optimum.json"
-        )
-        for scenario, budgets in {**scenarios(total), **offload_scenarios(total)}.items():
+        budgets_by_scenario = {**scenarios(total), **offload_scenarios(total)}
+        planned += 1
+        if stored is None or stored["total"] != total:
+            assert not same_release, (
+                f"{name}: tests/data/planner_optimum.json is stale (size {total}, stored "
+                f"{stored and stored['total']}); run python benchmarks/bench_planner_residency.py "
+                "--write-reference tests/data/planner_optimum.json"
+            )
+            unreferenced.append(name)
+            for scenario, budgets in budgets_by_scenario.items():
+                check_plan(model, budgets, name, scenario)
+            continue
+        for scenario, budgets in budgets_by_scenario.items():
             if scenario in stored.get("open", {}):  # the optimum lies between a valid map and a bound
                 check_plan(model, budgets, name, scenario, stored["open"][scenario], at_least=True)
                 continue
             check_plan(model, budgets, name, scenario, stored["optimum"][scenario])
-        planned += 1
     assert planned > 250
-    assert set(unbuildable) == set(KNOWN_UNBUILDABLE), (
-        "update KNOWN_UNBUILDABLE and docs/planner.md: "
-        f"newly failing {sorted(set(unbuildable) - set(KNOWN_UNBUILDABLE))} -> "
-        f"{ {k: unbuildable[k] for k in set(unbuildable) - set(KNOWN_UNBUILDABLE)} }, "
-        f"now building {sorted(set(KNOWN_UNBUILDABLE) - set(unbuildable))}"
-    )
+    assert len(unreferenced) < planned / 2, f"the reference is far behind this release: {unreferenced}"
+    if same_release:
+        assert set(unbuildable) == set(KNOWN_UNBUILDABLE), (
+            "update KNOWN_UNBUILDABLE and docs/planner.md: "
+            f"newly failing {sorted(set(unbuildable) - set(KNOWN_UNBUILDABLE))} -> "
+            f"{ {k: unbuildable[k] for k in set(unbuildable) - set(KNOWN_UNBUILDABLE)} }, "
+            f"now building {sorted(set(KNOWN_UNBUILDABLE) - set(unbuildable))}"
+        )
