@@ -42,8 +42,10 @@ SETS: dict[str, dict[str, str]] = {
         "peft": "0.17.1",
         "deepspeed": "0.17.6",
         "bitsandbytes": "0.47.0",
-        # transformers 4.57 wants huggingface_hub<1.0 (which needs requests) and tokenizers<0.23
+        # transformers 4.57 wants huggingface_hub<1.0 (which needs requests) and tokenizers<0.23;
+        # its kernels extra kernels>=0.6.1,<=0.9 (the base environment's 0.19 needs a newer hub)
         "huggingface_hub": "0.36.0",
+        "kernels": "0.9.1",
         "tokenizers": "0.22.1",
         **_REQUESTS,
     },
@@ -53,8 +55,10 @@ SETS: dict[str, dict[str, str]] = {
         "peft": "0.19.1",
         "deepspeed": "0.18.9",
         "bitsandbytes": "0.48.2",
-        # transformers 5.3 wants huggingface_hub>=1.3,<2 (which needs httpx) and tokenizers<=0.23.0
+        # transformers 5.3 wants huggingface_hub>=1.3,<2 (which needs httpx) and tokenizers<=0.23.0;
+        # its kernels extra kernels>=0.10.2,<0.11
         "huggingface_hub": "1.33.0",
+        "kernels": "0.10.5",
         "tokenizers": "0.22.1",
         "httpx": "0.28.1",
         "httpcore": "1.0.9",

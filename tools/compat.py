@@ -35,7 +35,7 @@ LIBRARIES = {  # integration -> the distribution whose wheels the survey reads
     "peft": "peft",
     "deepspeed": "deepspeed",
 }
-OTHERS = ("bitsandbytes", "torch", "huggingface_hub", "tokenizers")
+OTHERS = ("bitsandbytes", "kernels", "torch", "huggingface_hub", "tokenizers")
 
 
 def _version(dist: str) -> str | None:
@@ -183,8 +183,12 @@ def table(_: argparse.Namespace) -> None:
         lines += [
             f"### {rec['set']} (run {rec['date']}, Python {rec['python']}, torch {v.get('torch')})",
             "",
-            "bitsandbytes {}, huggingface_hub {}, tokenizers {}. Result: {}.".format(
-                v.get("bitsandbytes"), v.get("huggingface_hub"), v.get("tokenizers"), result
+            "bitsandbytes {}, kernels {}, huggingface_hub {}, tokenizers {}. Result: {}.".format(
+                v.get("bitsandbytes"),
+                v.get("kernels") or "not installed",
+                v.get("huggingface_hub"),
+                v.get("tokenizers"),
+                result,
             ),
             "",
             "| library | release | seam | adapter |",
