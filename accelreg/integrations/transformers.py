@@ -42,8 +42,9 @@ functions are matched by :func:`~accelreg.integrations._seams.shape`, see docs/c
   registry and, when kernels were not asked for (the default) and the kernels library does not
   run on the device type (asked by :func:`hub_kernels_support`, a behaviour probe of its public
   ``kernelize``), leaves the model's own torch layers in place, as upstream's fallback does
-  for a layer without a kernel: ``model.use_kernels`` reads ``False``. An explicit
-  ``use_kernels=True`` is passed through, so the kernels library's own error answers it.
+  for a layer without a kernel: ``model.use_kernels`` reads ``False``. An explicit request
+  (``use_kernels=True`` or a ``kernel_config``) is passed through, so the kernels library's own
+  error answers it.
   Releases before 5.13 have no ``kernelize`` there; 5.13-5.24 kernelize only on request.
 
 transformers 4.57 has no ``check_and_set_device_map`` (``from_pretrained`` normalises inline,
@@ -89,7 +90,7 @@ class _Load:
 
     offload_folder: Any = None
     host_form: dict[str, Any] | None = None  # hf_device_map as transformers itself would give it
-    use_kernels: Any = None  # what the caller passed (None: transformers' default)
+    kernels_asked: bool = False  # use_kernels or kernel_config given (not transformers' default)
 
 
 _load: contextvars.ContextVar[_Load | None] = contextvars.ContextVar("accelreg_load", default=None)
@@ -243,7 +244,10 @@ def _plan_for_load(
 def _from_pretrained(original: Any) -> Any:
     @functools.wraps(original)
     def from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        load = _Load(offload_folder=kwargs.get("offload_folder"), use_kernels=kwargs.get("use_kernels"))
+        load = _Load(
+            offload_folder=kwargs.get("offload_folder"),
+            kernels_asked=kwargs.get("use_kernels") is not None or kwargs.get("kernel_config") is not None,
+        )
         token = _load.set(load)
         try:
             model = original(cls, *args, **kwargs)
@@ -380,7 +384,7 @@ def _kernelize(original: Any) -> Any:
         if isinstance(device_map, dict):  # an int is an index of the registry's backend, not a device
             device_map = {k: qualify(v) if isinstance(v, int) else v for k, v in device_map.items()}
         load = _load.get()
-        if load is not None and load.use_kernels is None:  # transformers' default, not a request
+        if load is not None and not load.kernels_asked:  # transformers' default, not a request
             device_type = _kernels_device_type(model, device_map)
             if not hub_kernels_support(device_type):
                 log.info(

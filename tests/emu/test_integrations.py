@@ -302,13 +302,16 @@ def check_hub_kernels_by_default_keep_torch_layers_where_kernels_do_not_run():
     gc.collect()
     if not BY_DEFAULT or KERNELS_RUN_HERE:
         return
-    try:  # asked for explicitly: the kernels library's own answer stands
-        Qwen2ForCausalLM.from_pretrained(TINY_PATH, device_map={"": 0}, use_kernels=True)
-    except ValueError as e:
-        assert f"Unsupported device type '{NAME}'" in str(e), repr(e)
-    else:
-        raise AssertionError(f"use_kernels=True on {NAME} loaded although the kernels library refuses it")
-    gc.collect()
+    from transformers import KernelConfig
+
+    for asked in ({"use_kernels": True}, {"kernel_config": KernelConfig(kernel_mapping={})}):
+        try:  # asked for explicitly: the kernels library's own answer stands
+            Qwen2ForCausalLM.from_pretrained(TINY_PATH, device_map={"": 0}, **asked)
+        except ValueError as e:
+            assert f"Unsupported device type '{NAME}'" in str(e), (asked, repr(e))
+        else:
+            raise AssertionError(f"{asked} on {NAME} loaded although the kernels library refuses it")
+        gc.collect()
 
 
 def check_cuda_device_map_is_refused_naming_the_backend():
