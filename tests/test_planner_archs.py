@@ -35,7 +35,7 @@ NAMED = {
     "WhisperForConditionalGeneration": {},
 }
 
-#: Classes transformers 5.24 cannot build from their default config on meta (docs/planner.md).
+#: Classes transformers 5.25 (the reference's release) cannot build from their default config on meta.
 KNOWN_UNBUILDABLE = {
     "CohereCompassForCausalLM": "KeyError 'full_attention': default layer_types name an attention kind it lacks",
     "DbrxForCausalLM": "DbrxAttentionConfig has no rope_theta",
