@@ -342,8 +342,9 @@ def _postprocess_model(original: Any) -> Any:
 
 @functools.cache
 def hub_kernels_support(device_type: str) -> bool:
-    """Whether the installed ``kernels`` library accepts ``device_type`` (a torch device type): its public
-    ``kernelize`` is run on an empty module for that type (a behaviour probe, no list of names).
+    """Whether the installed ``kernels`` library accepts ``device_type`` (a torch device type):
+    its public ``kernelize`` is run on an empty module for that type (a behaviour probe, no list
+    of names).
 
     ``False`` also when ``kernels`` is not installed. The patch-free path uses it too: where it
     is ``False`` on a transformers that kernelizes by default (5.25), pass
