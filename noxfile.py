@@ -224,7 +224,8 @@ def upstream(session: nox.Session, release_set: str) -> None:
     any test that passes stock and fails installed (tools/upstream_compare.py)."""
     folder = layer(session, release_set)
     # the suites' test deps; peft's testing_utils imports datasets, its testing_common diffusers
-    # (pinned: neither replaces torch, transformers or huggingface_hub in any set of the window)
+    # (pinned: neither replaces torch, transformers or huggingface_hub in any set of the window);
+    # scikit-learn for peft's AdaMSS
     session.run(
         "python",
         "-m",
@@ -236,6 +237,7 @@ def upstream(session: nox.Session, release_set: str) -> None:
         "pytest-cov",
         "datasets==5.2.0",
         "diffusers==0.42.1",
+        "scikit-learn",  # peft's AdaMSS tuner (73 of the selection's cases need it)
     )
     session.run(
         "python",

@@ -136,6 +136,36 @@ def check_lazy_conjugate_and_negative_bits():
         assert torch.equal(copied.cpu(), ref)
 
 
+def check_convolutions_forward_and_backward_match_the_cpu():
+    # without cuDNN or MKL-DNN torch sends a device's convolutions to convolution_overrideable
+    # (and its backward), whose CPU kernels are stubs that throw: every Conv and ConvTranspose
+    # module failed on the emulator (peft's WaveFT adapter, any vision or audio encoder)
+    torch.manual_seed(0)
+    modules = [
+        torch.nn.Conv1d(4, 6, 3, padding=1, groups=2, bias=False),
+        torch.nn.Conv2d(3, 5, 3, stride=2),
+        torch.nn.ConvTranspose2d(4, 3, 3, stride=2, output_padding=1),
+        torch.nn.ConvTranspose1d(4, 6, 2, groups=2),
+        torch.nn.Conv3d(2, 3, 2),
+    ]
+    inputs = [torch.randn(2, 4, 9), torch.randn(2, 3, 9, 9), torch.randn(2, 4, 5, 5), torch.randn(2, 4, 7),
+              torch.randn(1, 2, 4, 4, 4)]
+    for module, x in zip(modules, inputs):
+        ref_x = x.clone().requires_grad_()
+        module(ref_x).square().sum().backward()
+        ref_grads = [p.grad.clone() for p in module.parameters()]
+        module.zero_grad()
+        on = copy.deepcopy(module).to(dev(1))
+        dx = x.to(dev(1)).requires_grad_()
+        out = on(dx)
+        assert out.device == dev(1), out.device
+        out.square().sum().backward()
+        assert dx.grad.device == dev(1) and torch.allclose(dx.grad.cpu(), ref_x.grad, atol=1e-4), module
+        for p, g in zip(on.parameters(), ref_grads):
+            assert p.grad.device == dev(1) and torch.allclose(p.grad.cpu(), g, atol=1e-4), module
+    raises(lambda: modules[1].to(dev(0))(inputs[1].to(dev(1))), RuntimeError, SAME)
+
+
 def check_indexing_with_host_and_device_indices():
     a = torch.arange(10.0, device="npu:1")
     assert a[3].item() == 3.0

@@ -72,6 +72,38 @@ void check_same_device(const c10::OperatorHandle& op, const torch::jit::Stack& s
   }
 }
 
+int64_t as_int(const c10::IValue& v) {
+  return v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__);
+}
+
+// Convolutions on a backend without cuDNN/MKL-DNN dispatch to ``convolution_overrideable`` and
+// its backward, whose only kernels (CompositeExplicitAutograd, so the fallback above is never
+// reached) are stubs that throw: run the CPU's own ``convolution`` and ``convolution_backward``
+// instead (the same arguments; the backward also takes the bias size).
+void convolution_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_same_device(op, *stack);
+  static const auto conv = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+  at::native::cpu_fallback(conv, stack, /*error_on_views=*/true);
+}
+
+void convolution_backward_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_same_device(op, *stack);
+  // grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups,
+  // output_mask: convolution_backward takes bias_sizes after weight
+  constexpr size_t kArgs = 10;
+  TORCH_INTERNAL_ASSERT(stack->size() >= kArgs);
+  const size_t first = stack->size() - kArgs;
+  const at::Tensor weight = (*stack)[first + 2].toTensor();
+  const bool transposed = (*stack)[first + 6].toBool();
+  const int64_t groups = as_int((*stack)[first + 8]);
+  const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
+  stack->insert(stack->begin() + static_cast<std::ptrdiff_t>(first + 3),
+                c10::IValue(std::vector<int64_t>{bias_size}));
+  static const auto backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+  at::native::cpu_fallback(backward, stack, /*error_on_views=*/true);
+}
+
 void emu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   check_same_device(op, *stack);
   // error_on_views: a view op without a kernel here would silently become a copy.
@@ -82,6 +114,13 @@ void emu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 TORCH_LIBRARY_IMPL(_, ACCELREG_EMU_KEY, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&emu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(aten, ACCELREG_EMU_KEY, m) {
+  m.impl("convolution_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&convolution_on_host>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&convolution_backward_on_host>());
 }
 
 // torch.autocast(<device type>) needs the autocast key to pass through. No lower-precision
