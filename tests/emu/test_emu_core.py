@@ -166,6 +166,39 @@ def check_convolutions_forward_and_backward_match_the_cpu():
     raises(lambda: modules[1].to(dev(0))(inputs[1].to(dev(1))), RuntimeError, SAME)
 
 
+def check_recurrent_cells_forward_and_backward_match_the_cpu():
+    # torch sends a device's GRU and LSTM cells to _thnn_fused_gru_cell/_thnn_fused_lstm_cell,
+    # which have kernels for CUDA only: nn.GRU, GRUCell, LSTM and LSTMCell failed on the emulator
+    torch.manual_seed(0)
+    cases = [
+        (torch.nn.GRU(4, 6, num_layers=2, batch_first=True), torch.randn(2, 5, 4)),
+        (torch.nn.GRUCell(4, 6), torch.randn(3, 4)),
+        (torch.nn.LSTM(4, 6, bidirectional=True), torch.randn(5, 2, 4)),
+        (torch.nn.LSTMCell(4, 6, bias=False), torch.randn(3, 4)),
+    ]
+
+    def loss(out):
+        parts = out if isinstance(out, tuple) else (out,)
+        flat = []
+        for part in parts:
+            flat.extend(part if isinstance(part, tuple) else (part,))
+        return sum(t.square().sum() for t in flat)
+
+    for module, x in cases:
+        ref_x = x.clone().requires_grad_()
+        loss(module(ref_x)).backward()
+        ref_grads = [p.grad.clone() for p in module.parameters()]
+        module.zero_grad()
+        on = copy.deepcopy(module).to(dev(1))
+        dx = x.to(dev(1)).requires_grad_()
+        value = loss(on(dx))
+        assert abs(value.item() - loss(module(x)).item()) < 1e-3, module
+        value.backward()
+        assert dx.grad.device == dev(1) and torch.allclose(dx.grad.cpu(), ref_x.grad, atol=1e-4), module
+        for p, g in zip(on.parameters(), ref_grads):
+            assert torch.allclose(p.grad.cpu(), g, atol=1e-4), module
+
+
 def check_indexing_with_host_and_device_indices():
     a = torch.arange(10.0, device="npu:1")
     assert a[3].item() == 3.0

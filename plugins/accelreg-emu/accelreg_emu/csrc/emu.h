@@ -22,11 +22,13 @@ constexpr c10::DeviceType kDeviceType = c10::DeviceType::HPU;
 constexpr c10::DispatchKey kDispatchKey = c10::DispatchKey::HPU;
 #define ACCELREG_EMU_KEY HPU
 #define ACCELREG_EMU_AUTOCAST_KEY AutocastHPU
+#define ACCELREG_EMU_AUTOGRAD_KEY AutogradHPU
 #else
 constexpr c10::DeviceType kDeviceType = c10::DeviceType::PrivateUse1;
 constexpr c10::DispatchKey kDispatchKey = c10::DispatchKey::PrivateUse1;
 #define ACCELREG_EMU_KEY PrivateUse1
 #define ACCELREG_EMU_AUTOCAST_KEY AutocastPrivateUse1
+#define ACCELREG_EMU_AUTOGRAD_KEY AutogradPrivateUse1
 #endif
 
 constexpr int kMaxDevices = 64;
