@@ -24,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from ._text import short
 from .errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -136,10 +137,10 @@ def _check_names(items: Any, where: str) -> tuple[str, ...]:
     out: list[str] = []
     for item in items:
         if not isinstance(item, str):
-            raise ConfigError(f"{where}: names must be strings, got {_short(item)}")
+            raise ConfigError(f"{where}: names must be strings, got {short(item)}")
         if not NAME_RE.fullmatch(item):
             raise ConfigError(
-                f"{where}: {_short(item)} is not a valid name (lower case letters, digits and "
+                f"{where}: {short(item)} is not a valid name (lower case letters, digits and "
                 "underscores, starting with a letter)"
             )
         item = str.__str__(item)
@@ -167,9 +168,9 @@ def _check_providers(value: Any, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, dist in value.items():
         if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-            raise ConfigError(f"{where}: {_short(name)} is not a valid backend name")
+            raise ConfigError(f"{where}: {short(name)} is not a valid backend name")
         if not isinstance(dist, str) or not _DIST_RE.fullmatch(dist):
-            raise ConfigError(f"{where}: {_short(dist)} is not a valid distribution name")
+            raise ConfigError(f"{where}: {short(dist)} is not a valid distribution name")
         out[name] = dist
     return out
 
@@ -181,25 +182,14 @@ def _check_timeout(value: Any, where: str) -> float:
         except ValueError:
             raise ConfigError(f"{where}: expected a number of seconds, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}: expected a number of seconds, got {_short(value)}")
+        raise ConfigError(f"{where}: expected a number of seconds, got {short(value)}")
     try:
         seconds = float(value)
     except OverflowError:  # an int too large for a float: certainly not in range
         seconds = math.inf
     if not math.isfinite(seconds) or not 0 < seconds <= 3600:
-        raise ConfigError(f"{where}: probe_timeout must be in (0, 3600] seconds, got {_short(value)}")
+        raise ConfigError(f"{where}: probe_timeout must be in (0, 3600] seconds, got {short(value)}")
     return seconds
-
-
-def _short(value: Any) -> str:
-    """``repr(value)`` for a message, cut short (a 4,000-digit int is not worth printing)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a list holding a 5,000-digit int cannot be printed
-        return f"a {type(value).__name__} that cannot be printed"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:
@@ -213,7 +203,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         return names
     if kind == "bool":
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {_short(value)}")
+            raise ConfigError(f"{where}: expected true or false, got {short(value)}")
         return value
     if kind == "providers":
         return _check_providers(value, where)
@@ -378,7 +368,7 @@ def check_explicit(explicit: Mapping[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, value in explicit.items():
         if key not in KEYS:
-            raise ConfigError(f"configure(): unknown setting {_short(key)}; known: {', '.join(KEYS)}")
+            raise ConfigError(f"configure(): unknown setting {short(key)}; known: {', '.join(KEYS)}")
         values[key] = _coerce(key, value, f"configure({key}=...)")
     return values
 

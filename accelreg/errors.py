@@ -13,9 +13,11 @@ __all__ = [
     "DeviceError",
     "DeviceMapError",
     "IntegrationError",
+    "MetaModelError",
     "PlacementError",
     "PluginConflictError",
     "PluginError",
+    "UsageError",
 ]
 
 
@@ -60,3 +62,12 @@ class PlacementError(AccelregError, RuntimeError):
 
 class IntegrationError(AccelregError, RuntimeError):
     """An integration cannot be enabled (untested library version, missing seam)."""
+
+
+class MetaModelError(AccelregError, ValueError):
+    """What was given cannot be built into a model on the meta device (an unknown model type, a
+    malformed ``config.json``, a task the type has no head for); ``accelreg plan`` exits 2."""
+
+
+class UsageError(AccelregError, ValueError):
+    """A bad command-line value (``accelreg`` exits 2)."""

@@ -13,12 +13,13 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from . import registry
+from ._text import short
 from .errors import DeviceError
+from .registry import Backend, Snapshot
 
 if TYPE_CHECKING:
     import torch
-
-    from .registry import Backend, Snapshot
 
 __all__ = ["check_fallback", "current_in_use", "format_device", "qualify", "resolve"]
 
@@ -60,22 +61,24 @@ def resolve(spec: Any = None, *, backend: str | None = None) -> torch.device:
 
 
 def _resolve_slow(spec: Any, backend: str | None) -> torch.device:
-    from . import registry
-
     snap = registry.get()
     device = resolve_in(snap, spec, backend)
     if backend is None and _cacheable(spec) and len(snap.cache) < _MAX_CACHED:
         snap.cache[spec] = (type(spec), device)
-        with registry._lock:
-            if registry._snapshot is snap:
-                global _CACHE
-                _CACHE = snap.cache
+        registry.if_current(snap, lambda: _publish(snap.cache))
     return device
 
 
-def _drop_cache() -> None:
+def _publish(cache: dict[Any, tuple[type, Any]]) -> None:
     global _CACHE
-    _CACHE = {}
+    _CACHE = cache
+
+
+def _drop_cache() -> None:
+    _publish({})
+
+
+registry.on_reset(_drop_cache)
 
 
 def _cacheable(spec: Any) -> bool:
@@ -104,14 +107,9 @@ def resolve_in(snap: Snapshot, spec: Any, backend: str | None = None) -> torch.d
     if isinstance(spec, torch.device):
         return _named(snap, forced, spec.type, spec.index, str(spec))
     raise TypeError(
-        f"cannot resolve {type(spec).__name__} {_short(spec)}: expected None, 'auto', an int "
+        f"cannot resolve {type(spec).__name__} {short(spec)}: expected None, 'auto', an int "
         "index, a device string such as 'cpu' or 'npu:0', or a torch.device"
     )
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _usable(snap: Snapshot, b: Backend) -> Backend:
@@ -243,7 +241,7 @@ def _malformed(snap: Snapshot, text: str) -> str:
     elif text == "":
         return f"an empty string is not a device; available: {snap.available_summary()}"
     return (
-        f"malformed device string {_short(text)}{hint}: expected 'name' or 'name:index' "
+        f"malformed device string {short(text)}{hint}: expected 'name' or 'name:index' "
         f"such as 'cpu' or 'npu:0'; available: {snap.available_summary()}"
     )
 

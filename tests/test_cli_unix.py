@@ -11,7 +11,8 @@ import sys
 import pytest
 
 import accelreg
-from accelreg.cli import EXIT_PIPE, _table, main
+from accelreg.cli import EXIT_PIPE, main
+from accelreg.cli._format import table as _table
 
 README_PLAN = ["plan", "gpt2", "--max-memory", "npu:0=250MB,npu:1=250MB,cpu=1GB"]
 

@@ -22,7 +22,7 @@ import accelreg
 from accelreg import ConfigError, DeviceError, DeviceMapError
 from accelreg.config import load_settings
 from accelreg.planner.budgets import parse_budgets
-from accelreg.visible import parse_visible_devices, parse_visible_devices_truncating
+from accelreg.registry.visible import parse_visible_devices, parse_visible_devices_truncating
 
 try:
     from ._fakes import LyingInt, plugin, spec

@@ -862,7 +862,7 @@ def test_bitsandbytes_load_on_cpu_attaches_placement_hooks(models, installed, mo
         cls = bitsandbytes.nn.Linear4bit
     model = _gpt2(models, quantization_config=config, device_map="auto")
     quantized = {n for n, m in model.named_modules() if isinstance(m, cls)}
-    attached = {n for n, m in model.named_modules() if placement._STATE in m.__dict__}
+    attached = {n for n, m in model.named_modules() if placement.hooks._STATE in m.__dict__}
     assert len(quantized) == 8 and attached == quantized
     x = torch.tensor([[1, 2, 3]])
     logits = model(x).logits

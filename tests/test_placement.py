@@ -84,7 +84,7 @@ def corrupt4(m: Any) -> None:
 
 def our_pre_hooks(m: Any) -> list[Any]:
     return [
-        h for h in m._load_state_dict_pre_hooks.values() if getattr(h, "hook", None) is placement._pre_hook
+        h for h in m._load_state_dict_pre_hooks.values() if getattr(h, "hook", None) is placement.hooks._pre_hook
     ]
 
 
@@ -172,7 +172,7 @@ def test_travelling_keys_cover_each_quantized_state_dict() -> None:
     for m, method in ((lin8(), "bnb_8bit"), (lin4(True), "bnb_4bit"), (lin4(False), "bnb_4bit")):
         rule = accelreg.placement_rule("cpu", method)
         keys = set(m.state_dict())
-        travelling = {k for k in keys if placement._travels(k, rule)}
+        travelling = {k for k in keys if placement.rules.travels(k, rule)}
         assert keys - travelling == {"bias"}, keys - travelling
     m = lin8()
     placement.attach(m)
@@ -218,7 +218,7 @@ def test_8bit_strict_load_is_bit_exact(after_forward: bool) -> None:
         forward(m)
     sd = saved(m)
     placement.attach(m)
-    assert our_pre_hooks(m) and next(iter(m._load_state_dict_pre_hooks.values())).hook is placement._pre_hook
+    assert our_pre_hooks(m) and next(iter(m._load_state_dict_pre_hooks.values())).hook is placement.hooks._pre_hook
     corrupt8(m)
     result = m.load_state_dict(sd)
     assert not result.missing_keys and not result.unexpected_keys

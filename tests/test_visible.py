@@ -6,7 +6,7 @@ import pytest
 
 import accelreg
 from accelreg import ConfigError
-from accelreg.visible import mask_value, parse_visible_devices, parse_visible_devices_truncating
+from accelreg.registry.visible import mask_value, parse_visible_devices, parse_visible_devices_truncating
 
 VARS = {
     "cuda": "CUDA_VISIBLE_DEVICES",

@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from ..types import Availability, BackendSpec, MemoryInfo
-from ..visible import parse_visible_devices
+from ..plugin import Availability, BackendSpec, MemoryInfo, parse_visible_devices
 
 
 def package_missing(package: str) -> bool:

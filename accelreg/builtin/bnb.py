@@ -16,8 +16,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from ..hookspecs import hookimpl
-from ..types import PlacementRule
+from ..plugin import PlacementRule, hookimpl
 from . import bnb_load
 
 PROVIDER = "accelreg"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import PlacementError
+from ..plugin import PlacementError
 
 _ROW = 0
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..hookspecs import hookimpl
-from ..types import Availability, BackendSpec, MemoryInfo
+from ..plugin import Availability, BackendSpec, MemoryInfo, hookimpl
 
 
 def _device(index: int):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from functools import partial
 
-from ..hookspecs import hookimpl
-from ..visible import parse_visible_devices_truncating
+from ..plugin import hookimpl, parse_visible_devices_truncating
 from ._torchmod import torch_module_backend
 
 VAR = "CUDA_VISIBLE_DEVICES"

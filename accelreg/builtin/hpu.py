@@ -5,7 +5,7 @@ HPU devices are addressed without an index: each process sees its module(s) as `
 
 from __future__ import annotations
 
-from ..hookspecs import hookimpl
+from ..plugin import hookimpl
 from ._torchmod import torch_module_backend
 
 

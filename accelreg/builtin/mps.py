@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..hookspecs import hookimpl
-from ..types import Availability, BackendSpec, MemoryInfo
+from ..plugin import Availability, BackendSpec, MemoryInfo, hookimpl
 
 
 def _available() -> Availability:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..hookspecs import hookimpl
+from ..plugin import hookimpl
 from ._torchmod import torch_module_backend
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..hookspecs import hookimpl
-from ..visible import parse_visible_devices
+from ..plugin import hookimpl, parse_visible_devices
 from ._torchmod import torch_module_backend
 
 VAR = "ZE_AFFINITY_MASK"

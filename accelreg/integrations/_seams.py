@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import logging
 import sys
 import textwrap
 import threading
@@ -33,9 +34,22 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
+from .. import registry
 from ..errors import IntegrationError
 
-__all__ = ["PATCH_FREE", "Adapter", "Integration", "IntegrationWarning", "Seam", "shape"]
+__all__ = [
+    "PATCH_FREE",
+    "Adapter",
+    "Integration",
+    "IntegrationWarning",
+    "Seam",
+    "enable_in_hook",
+    "raise_recorded",
+    "shape",
+    "strict_mode",
+]
+
+log = logging.getLogger("accelreg.integrations")
 
 _MARK = "__accelreg_original__"
 
@@ -151,15 +165,51 @@ class _Installed:
 
 @dataclass
 class Integration:
-    """A set of seams in one library, enabled and disabled as a unit."""
+    """One host library's integration: its seams, enabled and disabled as a unit.
+
+    This is the whole shape of an integration. A host library's module
+    (``accelreg/integrations/<name>.py``) defines its seams, one ``INTEGRATION`` of this class,
+    and takes its public functions from it::
+
+        INTEGRATION = Integration(name="peft", distribution="peft", trigger="peft",
+                                  supported=">=0.17,<0.22", seams=[...])
+        enable, disable, enabled = INTEGRATION.api()
+
+    :func:`accelreg.install` enables it when :attr:`trigger` is imported (after running
+    :attr:`prepare`, if any), :func:`accelreg.integrations.uninstall` disables it (after
+    :attr:`unprepare`), and ``accelreg env`` reports :meth:`status`.
+
+    Attributes:
+        name: The integration's name (``accelreg.integrations.<name>``).
+        distribution: The host library's distribution (its version is read from it).
+        supported: The tested releases: PEP 440 sets joined by ``"|"``; informational, never a
+            guard (adapters are chosen by each seam's shape).
+        seams: The functions replaced.
+        trigger: The library module whose import enables the integration under ``install()``:
+            one imported only once its package is complete (firing on a submodule the package
+            ``__init__`` is still importing would make ``enable()`` import from a partially
+            initialised package).
+        scan_prefixes: Packages scanned for by-name copies of a patched function (default: the
+            distribution's import name).
+        on_enable / on_disable: Work beyond the seams, run inside ``enable()`` / ``disable()``
+            (DeepSpeed's accelerator hand-over, registering a Lightning accelerator).
+        prepare / unprepare: Work ``install()`` must do before the library first runs (imports
+            nothing), and its undoing.
+        add_status: ``(integration, item) -> None``: adds what this integration alone knows to
+            its :meth:`status` item (DeepSpeed: whose accelerator it runs on).
+    """
 
     name: str
     distribution: str
-    supported: str  # the tested list: PEP 440 sets joined by "|"; informational, never a guard
+    supported: str
     seams: Sequence[Seam]
+    trigger: str = ""
     scan_prefixes: tuple[str, ...] = ()
     on_enable: Callable[[], None] | None = None
     on_disable: Callable[[], None] | None = None
+    prepare: Callable[[], None] | None = None
+    unprepare: Callable[[], None] | None = None
+    add_status: Callable[[Integration, dict[str, Any]], None] | None = None
     _installed: list[_Installed] = field(default_factory=list)
     _matches: list[Match] = field(default_factory=list)
     _on: bool = False
@@ -213,6 +263,8 @@ class Integration:
         item["skipped"] = [m.as_dict()["seam"] for m in matches if m.adapter is None]
         item["all_match"] = not item["skipped"]
         item["note"] = self.summary(version, matches)
+        if self.add_status is not None:
+            self.add_status(self, item)
         return item
 
     def summary(self, version: str, matches: Sequence[Match]) -> str:
@@ -269,7 +321,7 @@ class Integration:
         with self._lock:
             if self._on:
                 return
-            strict = _strict() if strict is None else strict
+            strict = strict_mode() if strict is None else strict
             matches = self._matched(strict)
             installed: list[_Installed] = []
             try:
@@ -358,6 +410,39 @@ class Integration:
         finally:
             if not was:
                 self.disable()
+
+    def api(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], Any]]:
+        """The module functions of this integration: ``enable``, ``disable``, ``enabled``.
+
+        ``enable()`` first raises a failure recorded while an import hook enabled an
+        integration in strict mode (:func:`raise_recorded`), then enables this one (idempotent;
+        see :meth:`enable`); ``disable()`` restores the library exactly as it was;
+        ``enabled()`` is a context manager enabling it for a block.
+        """
+        library = f"{self.name} ({self.distribution})"
+
+        def enable() -> None:
+            raise_recorded()
+            self.enable()
+
+        def disable() -> None:
+            self.disable()
+
+        @contextmanager
+        def enabled() -> Iterator[None]:
+            with self.enabled_for():
+                yield
+
+        enable.__doc__ = (
+            f"Enable the {library} integration (idempotent): install every seam whose adapter "
+            "matches; in strict mode a seam that matches none raises IntegrationError."
+        )
+        disable.__doc__ = f"Restore {self.distribution} exactly as it was (idempotent)."
+        enabled.__doc__ = f"Enable the {library} integration for a ``with`` block, then restore."
+        for fn in (enable, disable, enabled):
+            fn.__module__ = f"accelreg.integrations.{self.name}"
+            fn.__qualname__ = fn.__name__
+        return enable, disable, enabled
 
     # -- holders ---------------------------------------------------------------------------
     def _modules(self) -> list[Any]:
@@ -578,10 +663,56 @@ def _in_range(version: str, spec: str) -> bool:
     return any(parsed in SpecifierSet(part.strip()) for part in spec.split("|") if part.strip())
 
 
-def _strict() -> bool:
-    from .. import registry
-
+def strict_mode() -> bool:
+    """Whether the registry's settings are strict (``ACCELREG_STRICT`` / ``configure(strict=True)``)."""
     return bool(registry.get().settings.strict)
+
+
+# -- failures inside import hooks ---------------------------------------------------------
+_recorded_lock = threading.Lock()
+#: Failures of an enable() run inside an import hook, in strict mode: raised by the next
+#: accelreg integration call (:func:`raise_recorded`).
+_recorded: list[tuple[str, BaseException]] = []
+
+
+def enable_in_hook(integ: Integration) -> None:
+    """Enable ``integ`` from the import hook that fired once its library was imported: never
+    raises (a failure becomes an :class:`IntegrationWarning`; in strict mode it is also recorded
+    for :func:`raise_recorded`)."""
+    try:
+        integ.enable()
+    except Exception as exc:  # noqa: BLE001 - a failure here must not reach the user's import
+        try:
+            strict = strict_mode()
+        except Exception:  # noqa: BLE001 - a broken configuration is reported elsewhere
+            strict = False
+        if strict:
+            with _recorded_lock:
+                _recorded.append((integ.name, exc))
+        message = (
+            f"accelreg: the {integ.name} integration could not be enabled when its library was "
+            f"imported ({type(exc).__name__}: {exc}); {integ.name} runs unpatched"
+            + ("; strict mode: the next accelreg integration call raises this" if strict else "")
+        )
+        try:
+            warnings.warn(IntegrationWarning(message), stacklevel=2)
+        except Exception:  # noqa: BLE001 - warnings turned into errors must not break the import
+            log.warning(message)
+
+
+def raise_recorded() -> None:
+    """Raise the first integration failure recorded inside an import hook in strict mode
+    (with it as the cause), and forget them; nothing when there is none."""
+    with _recorded_lock:
+        failures = list(_recorded)
+        _recorded.clear()
+    if failures:
+        name, exc = failures[0]
+        others = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise IntegrationError(
+            f"strict mode: the {name} integration failed when its library was imported: "
+            f"{type(exc).__name__}: {exc}{others}"
+        ) from exc
 
 
 def shape(func: Any) -> str:

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import functools
 import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+from .. import placement, registry
+from ..errors import DeviceError, PlacementError
+from ..resolution import current_in_use, qualify
 from ._seams import LIBRARIES, Integration, Seam
 
 __all__ = ["INTEGRATION", "disable", "enable", "enabled"]
@@ -49,8 +50,6 @@ def _size(value: Any) -> int:
 def _get_max_memory(original: Any) -> Any:
     @functools.wraps(original)
     def get_max_memory(max_memory: dict[Any, Any] | None = None) -> dict[Any, int]:
-        from .. import registry
-        from ..resolution import current_in_use
 
         snap = registry.get()
         current = current_in_use(snap)
@@ -74,8 +73,6 @@ def _indexed_keys(max_memory: dict[Any, Any], current: Any) -> dict[Any, Any]:
     rewrites the values in place."""
     import torch
 
-    from ..errors import DeviceError
-
     for key in list(max_memory):
         text = str(key) if isinstance(key, torch.device) else key
         if not isinstance(text, str) or ":" not in text:
@@ -95,8 +92,6 @@ def _clear_device_cache(original: Any) -> Any:
     @functools.wraps(original)
     def clear_device_cache(garbage_collection: bool = False) -> None:
         import torch
-
-        from .. import registry
 
         if garbage_collection:
             gc.collect()
@@ -134,8 +129,6 @@ def _qualified(device: Any) -> Any:
     """Ints and backend names become qualified device strings; cpu/meta/disk stay."""
     import torch
 
-    from ..resolution import qualify
-
     if isinstance(device, str) and device in ("cpu", "meta", "disk"):
         return device
     if isinstance(device, (int, str, torch.device)):  # a bool raises TypeError in qualify
@@ -162,8 +155,6 @@ def _quantize_on_move(module: Any, param: Any, device: Any) -> bool:
     moving to an accelerator where the rule lets it live."""
     import torch
 
-    from .. import placement
-
     if not isinstance(device, str) or device in ("cpu", "meta", "disk"):
         return False
     if type(param).__name__ not in ("Int8Params", "Params4bit", "FP4Params"):
@@ -182,8 +173,6 @@ def _move_quantized(
     """What accelerate does for its two device types, for any accelerator: build the parameter
     on the CPU, then move it; bitsandbytes quantizes during the move."""
     import torch
-
-    from ..errors import PlacementError
 
     dtype = kwargs.get("dtype", args[0] if args else None)
     fp16_statistics = kwargs.get("fp16_statistics", args[1] if len(args) > 1 else None)
@@ -207,9 +196,6 @@ def _default_device(original: Any) -> Any:
     def default_device(self: Any) -> Any:
         import torch
 
-        from .. import registry
-        from ..resolution import current_in_use
-
         current = current_in_use(registry.get())
         if current.name == "cpu":
             return torch.device("cpu")
@@ -221,6 +207,7 @@ def _default_device(original: Any) -> Any:
 INTEGRATION = Integration(
     name="accelerate",
     distribution="accelerate",
+    trigger="accelerate",
     supported=">=1.10,<1.17",
     seams=[
         Seam(
@@ -267,21 +254,4 @@ INTEGRATION = Integration(
 )
 
 
-def enable() -> None:
-    """Enable the accelerate integration (idempotent); see :meth:`Integration.enable`."""
-    from . import raise_recorded
-
-    raise_recorded()
-    INTEGRATION.enable()
-
-
-def disable() -> None:
-    """Restore accelerate exactly as it was."""
-    INTEGRATION.disable()
-
-
-@contextmanager
-def enabled() -> Iterator[None]:
-    """Enable for a block."""
-    with INTEGRATION.enabled_for():
-        yield
+enable, disable, enabled = INTEGRATION.api()

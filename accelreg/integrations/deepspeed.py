@@ -26,10 +26,10 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+from .. import placement, registry
+from . import _postimport
 from ._seams import LIBRARIES, Integration, Seam
 from .ds_accelerator import accelerator_for, deepspeed_ships_class, registry_accelerator
 
@@ -59,7 +59,6 @@ _state: dict[str, Any] = {}
 def _initialize(original: Any) -> Any:
     @functools.wraps(original)
     def initialize(*args: Any, **kwargs: Any) -> Any:
-        from .. import placement
 
         model = kwargs.get("model", args[1] if len(args) > 1 else None)
         if model is not None and hasattr(model, "named_modules"):
@@ -75,7 +74,6 @@ def _initialize(original: Any) -> Any:
 # -- handing DeepSpeed the registry's accelerator ------------------------------------------
 def _hand_over(real: Any) -> None:
     """Give DeepSpeed the accelerator of the registry's current backend (idempotent)."""
-    from .. import registry
 
     _state.pop("error", None)
     if os.environ.get("DS_ACCELERATOR"):
@@ -126,14 +124,12 @@ def _early(module: Any) -> None:
 def prepare() -> None:
     """Hand DeepSpeed the registry's accelerator the moment DeepSpeed's accelerator module is
     imported, before DeepSpeed first picks one (cheap: imports nothing). ``install()`` calls it."""
-    from . import _postimport
 
     _postimport.when_imported(_REAL, _early)
 
 
 def unprepare() -> None:
     """Forget a pending :func:`prepare` (``accelreg.integrations.uninstall()`` calls it)."""
-    from . import _postimport
 
     _postimport.cancel(_REAL)
 
@@ -154,8 +150,6 @@ def accelerator_report() -> dict[str, Any]:
     DeepSpeed, and why), ``accelreg`` and ``accelreg_device_type`` (the current backend),
     ``agree``, ``DS_ACCELERATOR``, ``error`` (a failed hand-over) and ``summary`` (one line).
     """
-    from .. import registry
-    from . import _postimport
 
     backend = registry.get().current()
     env = os.environ.get("DS_ACCELERATOR") or None
@@ -216,28 +210,27 @@ def accelerator_report() -> dict[str, Any]:
 
 
 # -- the integration ----------------------------------------------------------------------
-class _DeepSpeedIntegration(Integration):
-    def status(self) -> dict[str, Any]:
-        out = super().status()
-        if self.enabled and _attached["models"]:
-            out["note"] += (
-                f"; placement rules attached to {_attached['modules']} quantized modules "
-                f"in {_attached['models']} model(s)"
-            )
-        if self.version() is None:
-            return out
-        try:
-            report = accelerator_report()
-        except Exception as exc:  # noqa: BLE001 - a status line must not raise
-            out["note"] += f"; DeepSpeed accelerator: unknown ({type(exc).__name__}: {exc})"
-            return out
-        out["accelerator"] = report  # accelreg env prints report["summary"] as its own line
-        return out
+def _status(integ: Integration, out: dict[str, Any]) -> None:
+    """The placement rules attached, and whose accelerator DeepSpeed runs on (``accelreg env``)."""
+    if integ.enabled and _attached["models"]:
+        out["note"] += (
+            f"; placement rules attached to {_attached['modules']} quantized modules "
+            f"in {_attached['models']} model(s)"
+        )
+    if integ.version() is None:
+        return
+    try:
+        report = accelerator_report()
+    except Exception as exc:  # noqa: BLE001 - a status line must not raise
+        out["note"] += f"; DeepSpeed accelerator: unknown ({type(exc).__name__}: {exc})"
+        return
+    out["accelerator"] = report  # accelreg env prints report["summary"] as its own line
 
 
-INTEGRATION = _DeepSpeedIntegration(
+INTEGRATION = Integration(
     name="deepspeed",
     distribution="deepspeed",
+    trigger="deepspeed",
     supported=">=0.17,<0.20",
     seams=[
         Seam(
@@ -251,22 +244,10 @@ INTEGRATION = _DeepSpeedIntegration(
     scan_prefixes=LIBRARIES,
     on_enable=_on_enable,
     on_disable=_take_back,
+    prepare=prepare,
+    unprepare=unprepare,
+    add_status=_status,
 )
 
 
-def enable() -> None:
-    """Enable the DeepSpeed integration (idempotent): hand DeepSpeed the registry's accelerator
-    and install the placement seam."""
-    INTEGRATION.enable()
-
-
-def disable() -> None:
-    """Restore DeepSpeed exactly as it was (also its accelerator)."""
-    INTEGRATION.disable()
-
-
-@contextmanager
-def enabled() -> Iterator[None]:
-    """Enable for a block."""
-    with INTEGRATION.enabled_for():
-        yield
+enable, disable, enabled = INTEGRATION.api()

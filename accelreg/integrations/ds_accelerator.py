@@ -29,7 +29,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .. import registry
 from ..errors import DeviceError, IntegrationError
+from ..resolution import current_in_use
 
 __all__ = ["accelerator_for", "deepspeed_class_for", "deepspeed_ships_class", "registry_accelerator"]
 
@@ -144,8 +146,6 @@ class _RegistryAccelerator:
 
     def __init__(self, backend: str) -> None:
         import torch
-
-        from .. import registry
 
         super().__init__()  # type: ignore[call-arg] - DeepSpeedAccelerator.__init__
         snap = registry.get()
@@ -514,8 +514,6 @@ def registry_accelerator(backend: str | None = None) -> Any:
 
     Raises :class:`DeviceError` for an unknown or unavailable backend.
     """
-    from .. import registry
-    from ..resolution import current_in_use
 
     name = backend if backend is not None else current_in_use(registry.get()).name
     return registry_accelerator_class()(name)
@@ -525,8 +523,6 @@ def accelerator_for(backend: str | None = None) -> Any:
     """What the integration hands DeepSpeed for ``backend`` (default: the current backend):
     DeepSpeed's own class for the backend's device type where DeepSpeed ships one, else the
     registry's accelerator. Either way the registry chose the backend."""
-    from .. import registry
-    from ..resolution import current_in_use
 
     snap = registry.get()
     chosen = current_in_use(snap) if backend is None else snap.backend(backend)

@@ -15,10 +15,10 @@ prove it on a model spread over emulated devices.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+from .. import registry
+from ..resolution import current_in_use
 from ._seams import Adapter, Integration, Seam
 
 __all__ = ["INTEGRATION", "disable", "enable", "enabled"]
@@ -27,8 +27,6 @@ __all__ = ["INTEGRATION", "disable", "enable", "enabled"]
 def _infer_device(original: Any) -> Any:
     @functools.wraps(original)
     def infer_device() -> str:
-        from .. import registry
-        from ..resolution import current_in_use
 
         current = current_in_use(registry.get())
         return "cpu" if current.name == "cpu" else current.device_type
@@ -39,6 +37,7 @@ def _infer_device(original: Any) -> Any:
 INTEGRATION = Integration(
     name="peft",
     distribution="peft",
+    trigger="peft",
     supported=">=0.17,<0.22",
     seams=[
         Seam(
@@ -61,21 +60,4 @@ INTEGRATION = Integration(
 )
 
 
-def enable() -> None:
-    """Enable the peft integration (idempotent); see :meth:`Integration.enable`."""
-    from . import raise_recorded
-
-    raise_recorded()
-    INTEGRATION.enable()
-
-
-def disable() -> None:
-    """Restore peft exactly as it was."""
-    INTEGRATION.disable()
-
-
-@contextmanager
-def enabled() -> Iterator[None]:
-    """Enable for a block."""
-    with INTEGRATION.enabled_for():
-        yield
+enable, disable, enabled = INTEGRATION.api()

@@ -60,11 +60,15 @@ import functools
 import logging
 import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import accelreg
+
+from .. import placement, planner, registry
+from ..errors import DeviceMapError, PlacementError
+from ..resolution import current_in_use, qualify, resolve
+from ..sizes import parse_size
 from ._seams import LIBRARIES, Adapter, Integration, Seam
 
 __all__ = [
@@ -79,7 +83,8 @@ __all__ = [
 
 log = logging.getLogger("accelreg.integrations.transformers")
 
-STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+#: The ``device_map`` words that ask for a plan (the planner's strategy words).
+STRATEGIES = tuple(planner.STRATEGIES)
 _TIA = "transformers.integrations.accelerate"
 _MU = "transformers.modeling_utils"
 
@@ -103,8 +108,6 @@ def normalize_device_map(device_map: Any) -> Any:
     qualified device strings (``{"": "npu:0"}``), with ``"disk"`` allowed only as a dict value.
     """
     import torch
-
-    from ..resolution import qualify, resolve
 
     if device_map is None or (isinstance(device_map, str) and device_map in STRATEGIES):
         return device_map
@@ -149,8 +152,6 @@ def _host_value(value: str, accelerator: str | None) -> Any:
 
 
 def _planned_host_form(plan: dict[str, str]) -> dict[str, Any]:
-    from .. import registry
-    from ..resolution import current_in_use
 
     current = current_in_use(registry.get())
     accelerator = None if current.name == "cpu" else current.device_type
@@ -158,8 +159,6 @@ def _planned_host_form(plan: dict[str, str]) -> dict[str, Any]:
 
 
 def _budgets(max_memory: dict[Any, Any] | None) -> dict[str, Any]:
-    from .. import planner
-    from ..resolution import qualify
 
     if max_memory is None:
         out: dict[str, Any] = dict(planner.default_max_memory())
@@ -182,15 +181,6 @@ def _disk_free(folder: Any) -> int:
     return int(shutil.disk_usage(path).free)
 
 
-def _no_split(model: Any, device_map: Any) -> list[str]:
-    """The model's no-split classes, asked the way this transformers asks (4.57-5.3 have
-    ``_get_no_split_modules``, which also collects the submodels' classes)."""
-    getter = getattr(model, "_get_no_split_modules", None)
-    if callable(getter):
-        return sorted(getter(device_map) or ())
-    return sorted(model._no_split_modules or ())
-
-
 def _get_device_map(original: Any) -> Any:
     @functools.wraps(original)
     def _get_device_map(model: Any, device_map: Any, max_memory: Any, hf_quantizer: Any, *more: Any) -> Any:
@@ -204,9 +194,6 @@ def _plan_for_load(
 ) -> Any:
     """Validate a written map or plan a strategy (every adapter of ``_get_device_map``; 4.57
     passes ``dtype`` and ``keep_in_fp32_regex`` as well, which planning on meta needs not)."""
-    import accelreg
-
-    from ..sizes import parse_size
 
     load = _load.get()
     if getattr(model, "_no_placement_params", None) is not None:
@@ -227,10 +214,10 @@ def _plan_for_load(
     budgets = {key: parse_size(value) for key, value in _budgets(max_memory).items()}
     if hf_quantizer is not None:
         budgets = {key: int(value) for key, value in hf_quantizer.adjust_max_memory(budgets).items()}
-    plan = accelreg.plan_device_map(
+    plan = accelreg.plan_device_map(  # through the facade, as every caller sees it
         model,
         budgets,
-        no_split_module_classes=_no_split(model, device_map),
+        no_split_module_classes=planner.no_split_classes(model, device_map),
         strategy=device_map,
     )
     _refuse_unsupported_bnb(hf_quantizer, plan)
@@ -264,7 +251,6 @@ def _from_pretrained(original: Any) -> Any:
 def _expand_device_map(original: Any) -> Any:
     @functools.wraps(original)
     def expand_device_map(device_map: dict[str, Any] | None, param_names: list[str]) -> dict[str, Any]:
-        from ..errors import DeviceMapError
 
         if device_map is None:
             return dict.fromkeys(param_names, "cpu")
@@ -288,8 +274,6 @@ def _expand_device_map(original: Any) -> Any:
 def _check_bnb_device(device: Any, where: str) -> None:
     """Raise :class:`~accelreg.PlacementError` when bitsandbytes does not run on ``device``."""
     import bitsandbytes
-
-    from ..errors import PlacementError
 
     supported = getattr(bitsandbytes, "supported_torch_devices", None)
     if supported is not None and device.type not in supported:
@@ -319,7 +303,6 @@ def _update_device_map(original: Any) -> Any:
     def update_device_map(self: Any, device_map: Any) -> Any:
         if device_map is not None:
             return device_map
-        from ..resolution import resolve
 
         device = resolve()
         _check_bnb_device(device, "the registry's device")
@@ -331,7 +314,6 @@ def _update_device_map(original: Any) -> Any:
 def _postprocess_model(original: Any) -> Any:
     @functools.wraps(original)
     def postprocess_model(self: Any, model: Any, **kwargs: Any) -> Any:
-        from .. import placement
 
         result = original(self, model, **kwargs)
         placement.attach(model)
@@ -380,7 +362,6 @@ def _kernelize(original: Any) -> Any:
     def kernelize(
         model: Any, mode: Any = None, kernel_config: Any = None, device_map: Any = None, **more: Any
     ) -> Any:
-        from ..resolution import qualify
 
         if isinstance(device_map, dict):  # an int is an index of the registry's backend, not a device
             device_map = {k: qualify(v) if isinstance(v, int) else v for k, v in device_map.items()}
@@ -430,6 +411,7 @@ _HK = "transformers.integrations.hub_kernels"
 INTEGRATION = Integration(
     name="transformers",
     distribution="transformers",
+    trigger="transformers.modeling_utils",
     supported="~=4.57.0 | >=5.0,<5.26",
     seams=[
         Seam(
@@ -526,21 +508,4 @@ INTEGRATION = Integration(
 )
 
 
-def enable() -> None:
-    """Enable the transformers integration (idempotent); see :meth:`Integration.enable`."""
-    from . import raise_recorded
-
-    raise_recorded()
-    INTEGRATION.enable()
-
-
-def disable() -> None:
-    """Restore transformers exactly as it was."""
-    INTEGRATION.disable()
-
-
-@contextmanager
-def enabled() -> Iterator[None]:
-    """Enable for a block."""
-    with INTEGRATION.enabled_for():
-        yield
+enable, disable, enabled = INTEGRATION.api()

@@ -9,8 +9,8 @@ pins), :mod:`~.packing` (placing units), :mod:`~.maps` (writing and reading maps
 
 from __future__ import annotations
 
-from .budgets import RESERVE
-from .plan import STRATEGIES, PlaceUsage, Plan, check_device_map, plan, plan_device_map
+from .budgets import RESERVE, registry_budgets
+from .plan import STRATEGIES, PlaceUsage, Plan, check_device_map, no_split_classes, plan, plan_device_map
 
 __all__ = [
     "RESERVE",
@@ -19,6 +19,7 @@ __all__ = [
     "Plan",
     "check_device_map",
     "default_max_memory",
+    "no_split_classes",
     "plan",
     "plan_device_map",
 ]
@@ -27,6 +28,4 @@ __all__ = [
 def default_max_memory() -> dict[str, int]:
     """This machine's budgets as ``plan_device_map(max_memory=None)`` uses them: each available
     accelerator's free memory and the host's available memory, less :data:`RESERVE`; no disk."""
-    from .budgets import registry_budgets
-
     return registry_budgets().as_dict()

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import registry
 from ..errors import DeviceMapError
+from ..resolution import current_in_use, qualify
 from ..sizes import parse_size
 
 __all__ = ["RESERVE", "Budgets", "budget_key", "device_key", "parse_budgets", "registry_budgets"]
@@ -109,8 +111,6 @@ def _place(key: Any, what: str) -> tuple[str, bool]:
     if isinstance(key, bool):
         raise TypeError(f"{what} {key!r} is a bool, not a device")
     if not isinstance(key, (str, torch.device)) and hasattr(type(key), "__index__"):
-        from ..resolution import qualify
-
         index = operator.index(key)  # the value Python and torch use, whatever int() says
         if index < 0:
             raise DeviceMapError(f"{what} {index}: device indices are never negative")
@@ -138,7 +138,6 @@ def _place(key: Any, what: str) -> tuple[str, bool]:
 
 def _registered(name: str) -> Any:
     """The registered backend called (or with device type) ``name``, or ``None``."""
-    from .. import registry
 
     snap = registry.get()
     return snap.by_name.get(name) or next((b for b in snap.order if b.device_type == name), None)
@@ -151,7 +150,6 @@ def _shown(key: Any) -> str:
 
 def _hint(key: str) -> str:
     """``; did you mean 'npu:0'?`` for a near miss of a registered name, else ``""``."""
-    from .. import registry
 
     snap = registry.get()
     names = [*snap.by_name, "disk"]
@@ -226,8 +224,6 @@ def registry_budgets() -> Budgets:
 
     Only the current backend: a node with two runtimes (cuda and npu) never gets a map that
     mixes them."""
-    from .. import registry
-    from ..resolution import current_in_use
 
     snap = registry.get()
     current = current_in_use(snap).name

@@ -20,15 +20,20 @@ from .layout import Layout, declared_ties
 from .maps import emit
 from .quantization import apply_quantization, detect_method
 
-__all__ = ["STRATEGIES", "PlaceUsage", "Plan", "analyze", "check_device_map", "plan", "plan_device_map"]
+__all__ = [
+    "STRATEGIES",
+    "PlaceUsage",
+    "Plan",
+    "analyze",
+    "check_device_map",
+    "no_split_classes",
+    "plan",
+    "plan_device_map",
+]
 
-#: Accepted ``strategy`` words (transformers' ``device_map`` words); ``"auto"`` means balanced.
-STRATEGIES = {
-    "auto": "balanced",
-    "balanced": "balanced",
-    "balanced_low_0": "balanced_low_0",
-    "sequential": "sequential",
-}
+#: Accepted ``strategy`` words (transformers' ``device_map`` words) and the packing each means:
+#: ``"auto"`` is balanced, as in transformers.
+STRATEGIES: dict[str, str] = {"auto": "balanced", **{name: name for name in packing.STRATEGIES}}
 
 
 @dataclass
@@ -111,9 +116,22 @@ def _strategy(strategy: Any) -> str:
     )
 
 
+def no_split_classes(model: Any, device_map: Any = None) -> list[str]:
+    """The module classes ``model`` says must never be split across devices, sorted.
+
+    With a ``device_map`` word (``"auto"``) and a model that has transformers'
+    ``_get_no_split_modules`` (4.57-5.3; it also collects the classes of sub-models), that is
+    asked, as transformers asks it when it plans; otherwise the model's ``_no_split_modules``.
+    """
+    getter = getattr(model, "_get_no_split_modules", None)
+    if device_map is not None and callable(getter):
+        return sorted(getter(device_map) or ())
+    return sorted(getattr(model, "_no_split_modules", None) or ())
+
+
 def _no_split(model: Any, given: Any) -> frozenset[str]:
     if given is None:
-        given = getattr(model, "_no_split_modules", None) or ()
+        given = no_split_classes(model)
     if isinstance(given, str):
         given = [given]
     names = list(given)

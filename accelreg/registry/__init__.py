@@ -24,12 +24,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import _warn, resolution
+from .. import _warn
 from ..config import check_explicit
 from ..errors import PluginError
 from .containment import ProbeTimeout, call_with_timeout, check_not_inside_plugin, runner
-from .loading import ENTRY_POINT_GROUP, RESERVED, SELF, Plugin
+from .loading import ENTRY_POINT_GROUP, SELF, Plugin
 from .probing import Backend, Probed, parse_visible
+from .records import RESERVED
 from .snapshot import LAUNCHER_VARS, LOCAL_RANK_VARS, Snapshot
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "call_with_timeout",
     "configure",
     "get",
+    "if_current",
     "on_reset",
     "parse_visible",
     "register",
@@ -82,15 +84,29 @@ def _build() -> Snapshot:
 
 
 def on_reset(callback: Callable[[], None]) -> None:
-    """Call ``callback`` whenever the snapshot is dropped (used by resolve's cache)."""
-    _listeners.append(callback)
+    """Call ``callback`` (under the registry's lock) whenever the snapshot is dropped — by
+    :func:`reset`, :func:`configure`, :func:`register`, :func:`unregister` — and in a forked
+    child: a cache of answers subscribes here (:mod:`accelreg.resolution` does)."""
+    with _lock:
+        if callback not in _listeners:
+            _listeners.append(callback)
+
+
+def if_current(snap: Snapshot, action: Callable[[], None]) -> bool:
+    """Run ``action`` under the registry's lock if ``snap`` is still the current snapshot;
+    returns whether it ran. A cache publishes answers computed from ``snap`` this way, so a
+    reset in between can never leave a stale answer published."""
+    with _lock:
+        if _snapshot is not snap:
+            return False
+        action()
+        return True
 
 
 def _drop() -> None:
     global _snapshot
     with _lock:
         _snapshot = None
-        resolution._drop_cache()
         for callback in _listeners:
             callback()
 
@@ -163,7 +179,8 @@ def _after_fork_in_child() -> None:
     snap = _snapshot
     if snap is not None:
         snap.after_fork()
-    resolution._drop_cache()
+    for callback in _listeners:
+        callback()
 
 
 if hasattr(os, "register_at_fork"):

@@ -1,39 +1,43 @@
-"""Plugin loading: entry points, the pluggy manager, hook calls, and the registry's own copy of
-every record a plugin yields.
+"""Plugin loading: entry points, the pluggy manager, and calling one plugin's hook contained.
+
+:func:`load` imports every plugin the settings allow and returns what it found — a
+:class:`Loaded` holding the pluggy manager, the plugins it accepted, the ones it skipped and the
+failures — without recording anything anywhere: the snapshot decides what a failure means
+(strict mode raises).
 
 External plugins are imported and their hooks called on the probe thread, under the probe
 timeout; accelreg's built-in plugins run in the caller's thread without one (they are part of
 accelreg, import nothing slow, and the ``cpu`` backend must exist whatever the timeout). Either
-way a failure is contained and recorded by the snapshot (see :mod:`.containment`).
+way a failure is contained (see :mod:`.containment`).
+
+Each plugin's implementation is called alone (:meth:`Loaded.implementations`), so one plugin's
+failure is its own; that is why hook wrappers (``hookwrapper=True`` / ``wrapper=True``) are
+refused: they would be called as plain implementations. A hook implementation marked
+``optionalhook=True`` for a hook this accelreg does not know (a plugin written for a newer
+accelreg) is ignored, as pluggy does; an unmarked one is a failure of that plugin.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import operator
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from .. import entrypoints
-from ..config import NAME_RE
-from ..types import BackendSpec
-from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout, describe, safe_repr
+import pluggy
 
-if TYPE_CHECKING:
-    from .snapshot import Snapshot
+from .. import hookspecs
+from ..builtin import BUILTIN_MODULES
+from ..config import Settings
+from . import entrypoints
+from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout
 
-__all__ = ["ENTRY_POINT_GROUP", "RESERVED", "SELF", "Plugin", "call_hook", "load_plugins", "own_spec"]
+__all__ = ["ENTRY_POINT_GROUP", "SELF", "Loaded", "Plugin", "call_hook", "load", "norm"]
 
 ENTRY_POINT_GROUP = "accelreg"
 SELF = "accelreg"
-#: Names a backend may not take: they mean something else in a device map.
-RESERVED = frozenset({"auto", "disk", "meta", "balanced", "balanced_low_0", "sequential"})
-_ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,7}")
-_OPTIONAL_CALLABLES = ("current_index", "device", "memory_info", "parse_visible_devices", "presence")
 
 
 class Plugin(NamedTuple):
@@ -46,12 +50,40 @@ class Plugin(NamedTuple):
     builtin: bool
 
 
+#: A plugin that failed, at which stage, with what.
+Failure = tuple[Plugin, str, BaseException]
+
+
+@dataclass
+class Loaded:
+    """What loading found: the manager, the plugins it holds, the skipped and the failed."""
+
+    pm: pluggy.PluginManager
+    plugins: list[Plugin] = field(default_factory=list)
+    #: ``(plugin, distribution, why)`` of plugins the settings kept out (never imported).
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+
+    def implementations(self, hook: str) -> Iterator[tuple[Plugin, Callable[..., Any]]]:
+        """Each plugin's implementation of ``hook``, in pluggy's call order, so each can be
+        called and contained alone."""
+        owners = {id(p.obj): p for p in self.plugins}
+        caller = getattr(self.pm.hook, hook, None)
+        if caller is None:
+            return
+        for impl in reversed(caller.get_hookimpls()):
+            plugin = owners.get(id(impl.plugin))
+            if plugin is not None:
+                yield plugin, impl.function
+
+
 def norm(dist: str) -> str:
-    """A distribution name normalised the way packaging compares them."""
+    """A distribution name normalised the way packaging compares them (``Acme_NPU`` -> ``acme-npu``)."""
     return re.sub(r"[-_.]+", "-", dist).lower()
 
 
 def self_version() -> str:
+    """accelreg's installed version (``"(not installed)"`` in a source tree)."""
     try:
         return metadata.version(SELF)
     except metadata.PackageNotFoundError:
@@ -69,147 +101,109 @@ def call_hook(plugin: Plugin, fn: Callable[..., Any], timeout: float, **kwargs: 
     return call_with_timeout(drain, (), timeout)
 
 
-def load_plugins(snap: Snapshot, registered: Mapping[str, Any]) -> list[Plugin]:
-    """Import every plugin the settings allow: entry points, built-ins, ``register()``\\ ed ones."""
-    s = snap.settings
-    disabled = set(s.disable)
+def load(settings: Settings, registered: Mapping[str, Any]) -> Loaded:
+    """Import every plugin ``settings`` allow (entry points, built-ins, ``register()``\\ ed
+    ones) and register each with a new pluggy manager."""
+    loaded = Loaded(_manager())
+    for plugin in _import_all(settings, registered, loaded):
+        problem = _register(loaded.pm, plugin)
+        if problem is None:
+            loaded.plugins.append(plugin)
+        else:
+            loaded.failures.append((plugin, "register", problem))
+    return loaded
+
+
+def _manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def _why_skipped(settings: Settings, name: str, builtin: bool) -> str | None:
+    s = settings
+    if builtin:
+        # A disabled built-in is kept so that `accelreg env` can show it as "disabled by ...".
+        return None
+    if name in s.disable:
+        return f"disabled by {s.sources.get('disable', 'configuration')}"
+    if s.disable_plugin_autoload:
+        return f"external plugin autoload is off ({s.sources.get('disable_plugin_autoload')})"
+    if s.plugins is not None and name not in s.plugins:
+        return f"not in the plugin allowlist ({s.sources.get('plugins')})"
+    return None
+
+
+def _import_all(settings: Settings, registered: Mapping[str, Any], loaded: Loaded) -> list[Plugin]:
     plugins: list[Plugin] = []
     try:
         eps = entrypoints.find(ENTRY_POINT_GROUP)
     except CONTAINED as exc:  # a corrupt dist-info must not break resolve
-        snap.fail(Plugin("<entry points>", None, "", "", False), "entry-point scan", exc)
+        loaded.failures.append((Plugin("<entry points>", None, "", "", False), "entry-point scan", exc))
         eps = []
     have_builtins = False
     for ep in eps:
-        dist_name, version = ep.distribution, ep.version
-        builtin = norm(dist_name or "") == SELF
+        builtin = norm(ep.distribution or "") == SELF
         have_builtins |= builtin
-        why = None
-        if ep.name in disabled and not builtin:
-            # A disabled external plugin is never imported; a disabled built-in is kept so
-            # that `accelreg env` can show the backend as "disabled by ...".
-            why = f"disabled by {s.sources.get('disable', 'configuration')}"
-        elif not builtin and s.disable_plugin_autoload:
-            why = f"external plugin autoload is off ({s.sources.get('disable_plugin_autoload')})"
-        elif not builtin and s.plugins is not None and ep.name not in s.plugins:
-            why = f"not in the plugin allowlist ({s.sources.get('plugins')})"
+        why = _why_skipped(settings, ep.name, builtin)
         if why is not None:
-            snap.skipped.append((ep.name, dist_name, why))
+            loaded.skipped.append((ep.name, ep.distribution, why))
             continue
-        stub = Plugin(ep.name, None, dist_name, version, builtin)
         try:
-            obj = call_inline(ep.load) if builtin else call_with_timeout(ep.load, (), s.probe_timeout)
+            obj = call_inline(ep.load) if builtin else call_with_timeout(ep.load, (), settings.probe_timeout)
         except CONTAINED as exc:
-            snap.fail(stub, "import", exc)
+            loaded.failures.append(
+                (Plugin(ep.name, None, ep.distribution, ep.version, builtin), "import", exc)
+            )
             continue
-        plugins.append(Plugin(ep.name, obj, dist_name, version, builtin))
+        plugins.append(Plugin(ep.name, obj, ep.distribution, ep.version, builtin))
     if not have_builtins:
         # Running from a source tree that was never installed: no entry points exist.
-        from ..builtin import BUILTIN_MODULES
-
         for name, module in BUILTIN_MODULES.items():
             plugins.append(Plugin(name, importlib.import_module(module), SELF, self_version(), True))
     for name, obj in registered.items():
-        if name in disabled:
-            snap.skipped.append((name, "<registered>", "disabled by configuration"))
+        if name in settings.disable:
+            loaded.skipped.append((name, "<registered>", "disabled by configuration"))
             continue
         plugins.append(Plugin(name, obj, "<registered>", "", False))
     return plugins
 
 
-def make_manager(snap: Snapshot, plugins: list[Plugin]) -> tuple[Any, list[Plugin]]:
-    """A pluggy manager holding every plugin it accepts; a plugin it rejects is a failure."""
-    import pluggy
-
-    from .. import hookspecs
-
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    kept: list[Plugin] = []
-    for plugin in plugins:
-        try:
-            pm.register(plugin.obj, name=f"{plugin.distribution}:{plugin.name}")
-            unknown = [
-                impl.function.__name__
-                for hook in pm.hook.__dict__.values()
-                if isinstance(hook, pluggy.HookCaller) and not hook.has_spec()
-                for impl in hook.get_hookimpls()
-                if impl.plugin is plugin.obj
-            ]
-            if unknown:
-                pm.unregister(plugin.obj)
-                raise Nonsense(f"implements unknown hook(s) {', '.join(unknown)}")
-        except CONTAINED as exc:  # pluggy.PluginValidationError, ValueError, a hostile __getattr__
-            snap.fail(plugin, "register", exc)
-            continue
-        kept.append(plugin)
-    return pm, kept
-
-
-def impls(pm: Any, plugins: Iterable[Plugin], hook: str) -> Iterable[tuple[Plugin, Callable[..., Any]]]:
-    """Each plugin's implementation of ``hook``, so each can be called and contained alone."""
-    owners = {id(p.obj): p for p in plugins}
-    for impl in reversed(getattr(pm.hook, hook).get_hookimpls()):
-        plugin = owners.get(id(impl.plugin))
-        if plugin is not None:
-            yield plugin, impl.function
-
-
-# -- the registry's own copy of a spec ------------------------------------------------------
-def own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
-    """A validated copy of ``spec`` that the plugin cannot change afterwards.
-
-    Every field of :class:`BackendSpec` is copied (fields added later included); strings and
-    ints are copied as exact ``str``/``int``, so a subclass cannot answer differently later.
-    Raises :class:`Nonsense` naming the first problem.
-    """
+def _register(pm: pluggy.PluginManager, plugin: Plugin) -> BaseException | None:
+    """Register ``plugin`` with ``pm``; what went wrong (it is unregistered again), or ``None``."""
     try:
-        return _own_spec(spec, plugin)
-    except Nonsense:
-        raise
+        pm.register(plugin.obj, name=f"{plugin.distribution}:{plugin.name}")
+    except CONTAINED as exc:  # pluggy.PluginValidationError, ValueError, a hostile __getattr__
+        return exc
+    try:
+        problem = _unusable_impls(pm, plugin)
     except CONTAINED as exc:
-        raise Nonsense(f"yielded an unusable BackendSpec: {describe(exc)}") from None
+        problem = exc
+    if problem is not None:
+        pm.unregister(plugin.obj)
+    return problem
 
 
-def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
-    if not isinstance(spec, BackendSpec):
-        raise Nonsense(f"yielded {safe_repr(spec)}, not a BackendSpec")
-    values = {f.name: getattr(spec, f.name) for f in dataclasses.fields(BackendSpec)}
-    name = values["name"]
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise Nonsense(f"backend name {safe_repr(name)} is not lower case [a-z0-9_], starting with a letter")
-    name = values["name"] = str.__str__(name)
-    if name in RESERVED:
-        raise Nonsense(f"backend name {name!r} is reserved")
-    if name == "cpu" and not plugin.builtin:
-        raise Nonsense("the cpu backend is accelreg's own; a plugin cannot replace it")
-    priority = values["priority"]
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise Nonsense(f"priority of {name!r} must be an int, got {safe_repr(priority)}")
-    values["priority"] = operator.index(priority)
-    for field_name, pattern, what in (
-        ("device_type", NAME_RE, "a valid torch device type"),
-        ("visible_devices_var", _ENV_VAR, "an environment variable name"),
-        ("runtime_package", _PACKAGE, "an importable package name"),
-        ("dist_backend", NAME_RE, "a torch.distributed backend name"),
-    ):
-        if field_name not in values:
-            continue  # a field of a later accelreg (dist_backend) on this version
-        value = values[field_name]
-        if value is None:
+def _unusable_impls(pm: pluggy.PluginManager, plugin: Plugin) -> BaseException | None:
+    unknown, wrappers = [], []
+    for hook in pm.hook.__dict__.values():
+        if not isinstance(hook, pluggy.HookCaller):
             continue
-        if not isinstance(value, str) or not pattern.fullmatch(value):
-            raise Nonsense(f"{field_name} {safe_repr(value)} of {name!r} is not {what}")
-        values[field_name] = str.__str__(value)
-    for field_name in ("is_available", "device_count"):
-        if not callable(values[field_name]):
-            raise Nonsense(f"{field_name} of {name!r} is not callable")
-    for field_name in _OPTIONAL_CALLABLES:
-        if values[field_name] is not None and not callable(values[field_name]):
-            raise Nonsense(f"{field_name} of {name!r} is not callable")
-    if not isinstance(values["indexed"], bool):
-        raise Nonsense(f"indexed of {name!r} must be True or False, got {safe_repr(values['indexed'])}")
-    if not isinstance(values["description"], str):
-        raise Nonsense(f"description of {name!r} must be a string")
-    values["description"] = str.__str__(values["description"])[:200]
-    return BackendSpec(**values)
+        for impl in hook.get_hookimpls():
+            if impl.plugin is not plugin.obj:
+                continue
+            if not hook.has_spec() and not impl.optionalhook:
+                unknown.append(impl.function.__name__)
+            elif impl.hookwrapper or impl.wrapper:
+                wrappers.append(impl.function.__name__)
+    if unknown:
+        return Nonsense(
+            f"implements unknown hook(s) {', '.join(unknown)} (mark an implementation for a newer "
+            "accelreg's hook with @hookimpl(optionalhook=True))"
+        )
+    if wrappers:
+        return Nonsense(
+            f"implements {', '.join(wrappers)} as a hook wrapper; accelreg calls each plugin's "
+            "implementation alone and contained, so wrappers are not supported"
+        )
+    return None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..errors import DeviceError
 from ..types import Availability, BackendInfo, BackendSpec, MemoryInfo, PluginFailure
 from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout, describe, safe_repr, safe_str
+from .visible import parse_visible_devices
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -105,8 +106,6 @@ def parse_visible(spec: BackendSpec, value: str) -> tuple[tuple[str, ...] | None
         return (), None
     parse = spec.parse_visible_devices
     if parse is None:
-        from ..visible import parse_visible_devices
-
         var = spec.visible_devices_var or "visible devices"
 
         def parse(v: str) -> tuple[str, ...]:

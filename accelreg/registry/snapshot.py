@@ -21,8 +21,9 @@ from ..config import Settings, load_settings
 from ..errors import ConfigError, DeviceError, PluginConflictError, PluginError
 from ..types import BackendSpec, PlacementRule, PluginFailure
 from .containment import CONTAINED, Nonsense, describe, safe_str
-from .loading import Plugin, call_hook, impls, load_plugins, make_manager, norm, own_spec
+from .loading import Plugin, call_hook, load, norm
 from .probing import Backend
+from .records import own_rule, own_spec
 
 __all__ = ["LAUNCHER_VARS", "LOCAL_RANK_VARS", "Snapshot"]
 
@@ -71,7 +72,6 @@ class Snapshot:
         self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
         self.settings: Settings = load_settings(explicit, self.environ)
         self.failures: list[PluginFailure] = []
-        self.skipped: list[tuple[str, str, str]] = []  # (plugin, distribution, why)
         self.warnings: list[str] = []
         self.conflicts: dict[str, str] = {}
         #: Resolved answers, ``spec -> (type(spec), device)``; read by ``resolve``'s hot path.
@@ -87,7 +87,13 @@ class Snapshot:
             self.warn(f"configuration file skipped: {problem}", record=problem)
         for problem in self.settings.warnings:
             self.warn(problem)
-        self.pm, self.plugins = make_manager(self, load_plugins(self, registered))
+        loaded = load(self.settings, registered)
+        self.pm, self.plugins = loaded.pm, loaded.plugins
+        #: ``(plugin, distribution, why)`` of plugins the settings kept out.
+        self.skipped: list[tuple[str, str, str]] = loaded.skipped
+        self._loaded = loaded
+        for plugin, stage, exc in loaded.failures:
+            self.fail(plugin, stage, exc)
         self.order: tuple[Backend, ...] = self._select()
         self.by_name: dict[str, Backend] = {b.name: b for b in self.order}
 
@@ -115,7 +121,7 @@ class Snapshot:
     # -- selection ------------------------------------------------------------------------
     def _specs(self) -> list[tuple[Plugin, BackendSpec]]:
         found: list[tuple[Plugin, BackendSpec]] = []
-        for plugin, fn in impls(self.pm, self.plugins, "accelreg_backends"):
+        for plugin, fn in self._loaded.implementations("accelreg_backends"):
             try:
                 specs = call_hook(plugin, fn, self.settings.probe_timeout)
             except CONTAINED as exc:
@@ -282,8 +288,6 @@ class Snapshot:
     def rules(self, backend: str) -> tuple[tuple[Plugin, PlacementRule], ...]:
         """Every valid placement rule any plugin yields for ``backend`` (cached per snapshot);
         an invalid one is a contained failure of the plugin that yielded it."""
-        from ..placement import own_rule
-
         cached = self._rules.get(backend)
         if cached is not None:
             return cached
@@ -291,7 +295,7 @@ class Snapshot:
             cached = self._rules.get(backend)
             if cached is None:
                 found: list[tuple[Plugin, PlacementRule]] = []
-                for plugin, fn in impls(self.pm, self.plugins, "accelreg_placement_rules"):
+                for plugin, fn in self._loaded.implementations("accelreg_placement_rules"):
                     try:
                         rules = call_hook(plugin, fn, self.settings.probe_timeout, backend=backend)
                     except CONTAINED as exc:

@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from .errors import ConfigError, DeviceError
+from .. import registry
+from ..errors import ConfigError, DeviceError
+from ..registry.visible import mask_value
+from ..resolution import current_in_use
 
-__all__ = ["check_devices_exist", "visible_devices_env"]
+__all__ = ["check_devices_exist", "run", "visible_devices_env"]
 
 
 def visible_devices_env(backend: str | None, ids: Sequence[int | str]) -> dict[str, str]:
@@ -25,10 +28,6 @@ def visible_devices_env(backend: str | None, ids: Sequence[int | str]) -> dict[s
     parser, so it is one the runtime accepts. Raises :class:`DeviceError` for a backend that
     has no visible-devices variable and :class:`ConfigError` for bad ids.
     """
-    from . import registry
-    from .resolution import current_in_use
-    from .visible import mask_value
-
     snap = registry.get()
     if backend is None:
         b = current_in_use(snap)
@@ -59,9 +58,6 @@ def check_devices_exist(backend: str | None, ids: Sequence[int | str]) -> None:
     naming the devices there are, so a job is never started on devices that do not exist
     (its ranks would find no device at all).
     """
-    from . import registry
-    from .resolution import current_in_use
-
     snap = registry.get()
     b = current_in_use(snap) if backend is None else snap.backend(backend)
     if not b.available:

@@ -21,18 +21,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import DeviceError, DeviceMapError
-from .meta import TASKS, build_meta_model
+from ..errors import DeviceError, DeviceMapError, UsageError
+from ..meta import TASKS, build_meta_model
+from ..planner import STRATEGIES, plan
+from ..planner.report import explain, rows
+from ..sizes import format_size
+from ._format import table
 
-__all__ = ["add_plan_parser", "build_meta_model", "parse_max_memory"]
+__all__ = ["add_plan_parser", "cmd_plan", "parse_max_memory"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: Libraries that building a model from its config needs (the ``hf`` extra).
 _HF_LIBRARIES = ("transformers", "accelerate", "huggingface_hub", "tokenizers", "safetensors")
-
-
-class UsageError(ValueError):
-    """A bad command-line value (exit 2)."""
 
 
 def parse_max_memory(text: str) -> dict[Any, str]:
@@ -73,7 +73,6 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 def add_plan_parser(subparsers: Any) -> None:
     """Register ``accelreg plan`` on the ``accelreg`` command's subparsers."""
-    from .planner import STRATEGIES
 
     p = subparsers.add_parser(
         "plan",
@@ -132,7 +131,7 @@ def add_plan_parser(subparsers: Any) -> None:
         type=int,
         help="nodes the search for the most accelerator-resident map may visit (default 20000)",
     )
-    p.set_defaults(func=_cmd_plan)
+    p.set_defaults(func=cmd_plan)
 
 
 def _fail(args: argparse.Namespace, code: int, message: str, violations: tuple[str, ...] = ()) -> int:
@@ -145,10 +144,7 @@ def _fail(args: argparse.Namespace, code: int, message: str, violations: tuple[s
     return code
 
 
-def _cmd_plan(args: argparse.Namespace) -> int:
-    from .planner import plan
-    from .planner.report import explain, rows
-    from .sizes import format_size
+def cmd_plan(args: argparse.Namespace) -> int:
 
     try:
         max_memory = parse_max_memory(args.max_memory) if args.max_memory is not None else None
@@ -216,8 +212,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return _plot_failed(plot_error)
 
-    from .cli import _table
-
     dtype_note = result.dtype or "checkpoint dtypes"
     quant = f", {result.quantization}" if result.quantization else ""
     print(
@@ -225,7 +219,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         f"budgets from {result.budgets.source}"
     )
     print()
-    print(_table(rows(result), ["place", "used", "budget", "headroom", "share", "layers"]))
+    print(table(rows(result), ["place", "used", "budget", "headroom", "share", "layers"]))
     on = f"on accelerators: {format_size(result.resident)} of {format_size(result.total)} ({100 * result.resident_share:.1f} %)"
     if result.main_device is not None:
         on += f"; main device {result.main_device} runs the offloaded layers"
@@ -268,6 +262,6 @@ def _plot_failed(error: str | None) -> int:
 
 
 def _plot(result: Any, path: str, title: str) -> Path:
-    from .planner.plot import plot_plan
+    from ..planner.plot import plot_plan  # matplotlib: only when a plot is asked for
 
     return plot_plan(result, path, title=title)

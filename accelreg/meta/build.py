@@ -1,14 +1,8 @@
-"""Build a transformers model on the meta device, and plan its device map without patching.
+"""Build a transformers model on the meta device: no weights, no download, no remote code.
 
-:func:`build_meta_model` makes an empty model (no weights, no download, no remote code) from a
-model type (``"gpt2"``: its default config), a config object, a ``config.json`` or a folder
-holding one (a checkpoint folder), with the head a task or a model class names.
-:func:`device_map_for` plans a fully qualified device map for such a model with the registry's
-devices: the patch-free path that works on every transformers release, for frameworks that
-forbid monkeypatching::
-
-    device_map = accelreg.device_map_for("path/to/checkpoint", {"npu:0": "20GiB", "cpu": "64GiB"})
-    model = AutoModelForCausalLM.from_pretrained("path/to/checkpoint", device_map=device_map)
+:func:`build_meta_model` makes an empty model from a model type (``"gpt2"``: its default
+config), a config object, a ``config.json`` or a folder holding one (a checkpoint folder), with
+the head a task (:data:`TASKS`) or a model class names.
 """
 
 from __future__ import annotations
@@ -18,11 +12,13 @@ import difflib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TASKS", "MetaModelError", "build_meta_model", "device_map_for", "tasks_for"]
+from ..errors import MetaModelError
+
+__all__ = ["DEFAULT_TASKS", "TASKS", "build_meta_model", "tasks_for"]
 
 #: The heads a model can be built with: task -> (transformers Auto class, the mapping of model
 #: types to model class names in ``transformers.models.auto.modeling_auto`` that it reads).
@@ -47,10 +43,6 @@ TASKS: dict[str, tuple[str, str]] = {
 DEFAULT_TASKS = ("causal-lm", "seq2seq-lm", "base")
 #: Hub ids are split into words at these characters (``Qwen2.5-7B-Instruct``).
 _WORD_BREAKS = re.compile(r"[-_.\s]+")
-
-
-class MetaModelError(ValueError):
-    """What was given cannot be built into a model (``accelreg plan`` exits 2 on it)."""
 
 
 @contextlib.contextmanager
@@ -300,60 +292,3 @@ def build_meta_model(spec: Any, *, task: str | None = None, model_class: Any = N
                 continue
             return model, f"{source} as {type(model).__name__}"
     raise MetaModelError(f"transformers cannot build {source}: " + "; ".join(errors))
-
-
-def device_map_for(
-    model: Any,
-    max_memory: Mapping[Any, Any] | None = None,
-    *,
-    strategy: str = "balanced",
-    dtype: Any = None,
-    no_split_module_classes: list[str] | None = None,
-    quantization: str | None = None,
-    task: str | None = None,
-    model_class: Any = None,
-) -> dict[str, str]:
-    """A fully qualified device map for ``model``, planned without patching anything.
-
-    Args:
-        model: A model (on meta or not), a transformers config, a model type (``"gpt2"``), a
-            ``config.json`` or a local checkpoint folder (its ``config.json`` is read; weights
-            are not).
-        max_memory: Budgets as for :func:`accelreg.plan_device_map` (``{"npu:0": "20GiB",
-            "cpu": "64GiB", "disk": "1TB"}``; int keys are indices of the current backend);
-            default: the registry's devices of the current backend and the host.
-        strategy: ``"balanced"`` (default), ``"auto"``, ``"balanced_low_0"`` or ``"sequential"``.
-        dtype: The dtype the weights will be loaded in (default: the model's own).
-        no_split_module_classes: Module classes never split (default: the model's own).
-        quantization: ``"8bit"`` / ``"4bit"`` to plan bitsandbytes weights.
-        task: When ``model`` is built here, its head: a key of :data:`TASKS`
-            (``"masked-lm"``); default: causal LM, else seq2seq LM, else the base model.
-        model_class: When ``model`` is built here, the transformers model class (or its name)
-            to build instead of a task's.
-
-    Returns:
-        ``{module name: "npu:0" | "cpu" | "disk"}``: tied parameter groups on one device, every
-        value a device of the registry — pass it to ``from_pretrained(device_map=...)`` or
-        ``accelerate.dispatch_model`` on any transformers release, without ``install()``.
-    """
-    from .integrations import raise_recorded
-    from .planner import plan
-
-    raise_recorded()
-    if not hasattr(model, "named_parameters"):
-        model, _ = build_meta_model(model, task=task, model_class=model_class)
-    elif task is not None or model_class is not None:
-        raise TypeError("task and model_class choose the head of a model built from a config, not of a model")
-    if no_split_module_classes is None:
-        getter = getattr(model, "_get_no_split_modules", None)
-        found = getter("auto") if callable(getter) else getattr(model, "_no_split_modules", None)
-        no_split_module_classes = sorted(found or ()) or None
-    result = plan(
-        model,
-        dict(max_memory) if max_memory is not None else None,
-        no_split_module_classes=no_split_module_classes,
-        strategy=strategy,
-        dtype=dtype,
-        quantization=quantization,
-    )
-    return dict(result.device_map)

@@ -1,0 +1,42 @@
+"""``accelreg resolve SPEC``: the device a spec means in this process."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..errors import DeviceError
+from ..resolution import resolve
+from ._codes import EXIT_FAILED, EXIT_OK
+
+__all__ = ["cmd_resolve"]
+
+
+def _spec(text: str) -> Any:
+    if text.isdecimal() and text.isascii():
+        return int(text)
+    if text.startswith("-") and text[1:].isdecimal():
+        return int(text)
+    return text
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    """Print the device ``args.spec`` resolves to (exit 1 when it names none)."""
+    spec = _spec(args.spec) if args.spec is not None else None
+    try:
+        device = resolve(spec, backend=args.backend)
+    except (DeviceError, TypeError) as exc:
+        if args.json:
+            print(
+                json.dumps({"spec": args.spec, "device": None, "error": str(exc), "type": type(exc).__name__})
+            )
+        else:
+            print(f"accelreg: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps({"spec": args.spec, "device": str(device)}))
+    else:
+        print(device)
+    return EXIT_OK

@@ -1,0 +1,158 @@
+"""The registry's own validated copies of the records plugins yield.
+
+A plugin hands accelreg :class:`~accelreg.types.BackendSpec` and
+:class:`~accelreg.types.PlacementRule` records; the registry keeps a checked copy of each
+(:func:`own_spec`, :func:`own_rule`), so a plugin that answers nonsense fails alone, in words, and
+a plugin that changes its record afterwards (or a ``str`` subclass that answers differently
+later) cannot change what accelreg decided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+import re
+from typing import TYPE_CHECKING, Any
+
+from .._text import short
+from ..config import NAME_RE
+from ..types import BackendSpec, PlacementRule
+from .containment import CONTAINED, Nonsense, describe, safe_repr
+
+if TYPE_CHECKING:
+    from .loading import Plugin
+
+__all__ = ["RESERVED", "own_rule", "own_spec"]
+
+#: Names a backend may not take: they mean something else in a device map.
+RESERVED = frozenset({"auto", "disk", "meta", "balanced", "balanced_low_0", "sequential"})
+_ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,7}")
+_OPTIONAL_CALLABLES = ("current_index", "device", "memory_info", "parse_visible_devices", "presence")
+
+
+def own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
+    """A validated copy of ``spec`` that the plugin cannot change afterwards.
+
+    Every field of :class:`BackendSpec` is copied (fields added later included); strings and
+    ints are copied as exact ``str``/``int``, so a subclass cannot answer differently later.
+    Raises :class:`Nonsense` naming the first problem.
+    """
+    try:
+        return _own_spec(spec, plugin)
+    except Nonsense:
+        raise
+    except CONTAINED as exc:
+        raise Nonsense(f"yielded an unusable BackendSpec: {describe(exc)}") from None
+
+
+def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
+    if not isinstance(spec, BackendSpec):
+        raise Nonsense(f"yielded {safe_repr(spec)}, not a BackendSpec")
+    values = {f.name: getattr(spec, f.name) for f in dataclasses.fields(BackendSpec)}
+    name = values["name"]
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise Nonsense(f"backend name {safe_repr(name)} is not lower case [a-z0-9_], starting with a letter")
+    name = values["name"] = str.__str__(name)
+    if name in RESERVED:
+        raise Nonsense(f"backend name {name!r} is reserved")
+    if name == "cpu" and not plugin.builtin:
+        raise Nonsense("the cpu backend is accelreg's own; a plugin cannot replace it")
+    priority = values["priority"]
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise Nonsense(f"priority of {name!r} must be an int, got {safe_repr(priority)}")
+    values["priority"] = operator.index(priority)
+    for field_name, pattern, what in (
+        ("device_type", NAME_RE, "a valid torch device type"),
+        ("visible_devices_var", _ENV_VAR, "an environment variable name"),
+        ("runtime_package", _PACKAGE, "an importable package name"),
+        ("dist_backend", NAME_RE, "a torch.distributed backend name"),
+    ):
+        if field_name not in values:
+            continue  # a field of a later accelreg (dist_backend) on this version
+        value = values[field_name]
+        if value is None:
+            continue
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise Nonsense(f"{field_name} {safe_repr(value)} of {name!r} is not {what}")
+        values[field_name] = str.__str__(value)
+    for field_name in ("is_available", "device_count"):
+        if not callable(values[field_name]):
+            raise Nonsense(f"{field_name} of {name!r} is not callable")
+    for field_name in _OPTIONAL_CALLABLES:
+        if values[field_name] is not None and not callable(values[field_name]):
+            raise Nonsense(f"{field_name} of {name!r} is not callable")
+    if not isinstance(values["indexed"], bool):
+        raise Nonsense(f"indexed of {name!r} must be True or False, got {safe_repr(values['indexed'])}")
+    if not isinstance(values["description"], str):
+        raise Nonsense(f"description of {name!r} must be a string")
+    values["description"] = str.__str__(values["description"])[:200]
+    return BackendSpec(**values)
+
+
+# -- placement rules ----------------------------------------------------------------------
+_BACKEND = re.compile(r"\*|[a-z][a-z0-9_]{0,63}")
+_METHOD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
+_COUNTS = ("bytes_per_row", "block_size", "bytes_per_block", "fixed_bytes")
+_KEY_TUPLES = ("travelling_keys", "dropped_keys")
+
+
+def own_rule(rule: Any) -> PlacementRule:
+    """A validated copy of a rule a plugin yielded, which the plugin cannot change afterwards.
+
+    Every field is copied (fields added later included); the ones the planner and the load
+    hooks compute with are checked: a backend name or ``"*"``, a quantization method name,
+    qualified class names, parameter and state-dict key names, ``offload`` within
+    ``{"cpu", "disk"}``, ``0 < bits_per_element <= 64``, non-negative integer byte counts and
+    callables. Raises ``ValueError`` naming the first problem.
+    """
+    if not isinstance(rule, PlacementRule):
+        raise ValueError(f"{type(rule).__name__} is not a PlacementRule")
+    values = {f.name: getattr(rule, f.name) for f in dataclasses.fields(PlacementRule)}
+    for name, pattern in (("backend", _BACKEND), ("quant_method", _METHOD), ("param", _KEY)):
+        value = values[name]
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise ValueError(f"{name} must be a name, got {short(value)}")
+        values[name] = str.__str__(value)
+    for name, pattern in (("module_classes", _CLASS), *((k, _KEY) for k in _KEY_TUPLES)):
+        values[name] = _names(name, values[name], pattern, empty_ok=name != "module_classes")
+    offload = values["offload"]
+    if not isinstance(offload, (set, frozenset)) or not all(isinstance(o, str) for o in offload):
+        raise ValueError(f"offload must be a set of 'cpu'/'disk', got {short(offload)}")
+    offload = frozenset(str.__str__(o) for o in offload)
+    if not offload <= {"cpu", "disk"}:
+        raise ValueError(f"offload may name only 'cpu' and 'disk', got {sorted(offload)}")
+    values["offload"] = offload
+    bits = values["bits_per_element"]
+    if isinstance(bits, bool) or not isinstance(bits, (int, float)):
+        raise ValueError(f"bits_per_element must be a number, got {short(bits)}")
+    bits = operator.index(bits) if isinstance(bits, int) else float.__float__(bits)
+    if not (math.isfinite(bits) and 0 < bits <= 64):
+        raise ValueError(f"bits_per_element must be in (0, 64], got {bits!r}")
+    values["bits_per_element"] = bits
+    for name in _COUNTS:
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int) or operator.index(value) < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {short(value)}")
+        values[name] = operator.index(value)
+    for name in ("provider", "unsupported"):
+        if not isinstance(values[name], str):
+            raise ValueError(f"{name} must be a string, got {short(values[name])}")
+        values[name] = str.__str__(values[name])
+    for name in ("before_load", "after_load"):
+        if values[name] is not None and not callable(values[name]):
+            raise ValueError(f"{name} must be callable or None")
+    return PlacementRule(**values)
+
+
+def _names(field: str, value: Any, pattern: re.Pattern[str], *, empty_ok: bool) -> tuple[str, ...]:
+    if not isinstance(value, (tuple, list)) or not all(
+        isinstance(v, str) and pattern.fullmatch(v) for v in value
+    ):
+        raise ValueError(f"{field} must be a tuple of names, got {short(value)}")
+    if not value and not empty_ok:
+        raise ValueError(f"{field} is empty: the rule would govern no module")
+    return tuple(str.__str__(v) for v in value)

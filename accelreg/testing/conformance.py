@@ -1,0 +1,172 @@
+"""The conformance kit: the checks a vendor runs against its own backend plugin."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import accelreg
+from accelreg import registry
+from accelreg.types import PlacementRule
+
+__all__ = ["BackendConformance"]
+
+
+class BackendConformance:
+    """Conformance suite for a backend plugin. Subclass it in a test module and set ``backend``.
+
+    ::
+
+        from accelreg.testing import BackendConformance
+
+        class TestAcme(BackendConformance):
+            backend = "acme"
+
+    Every check runs against the real runtime in the current process: availability with a
+    reason, device count, resolve round trips for every index, a tensor allocated and read
+    back on each device, memory info consistent with an allocation, visible-devices parsing,
+    and well-formed placement rules.
+
+    Class attributes a vendor may set:
+
+    * ``backend`` — the backend name under test (required).
+    * ``settings`` — passed to :func:`accelreg.configure` before each check, e.g.
+      ``{"disable": ["emu"]}`` or ``{"providers": {"npu": "acme-npu"}}``.
+    * ``memory_probe_bytes`` — size of the allocation the memory check makes on device 0
+      (default 64 MiB); the check is skipped when the backend declares no ``memory_info`` (or it
+      answers ``None``) and when the device has less than twice this much free.
+    * ``visible_devices_samples`` — ``((value, expected ids), ...)``: values of the backend's
+      visible-devices variable in the runtime's own syntax and the physical ids the parser must
+      return for each. Default: comma-separated ids, ``"0"`` and ``"1,0"``, which is what the
+      default parser accepts; a backend whose ``parse_visible_devices`` reads another syntax sets
+      its own. (``""``, no device visible, is the registry's to handle: the kit never sends it.)
+    """
+
+    backend: str = ""
+    memory_probe_bytes: int = 64 << 20
+    settings: dict[str, Any] = {}  # noqa: RUF012 - read-only class default
+    visible_devices_samples: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+
+    @pytest.fixture(autouse=True)
+    def _fresh(self) -> Iterator[None]:
+        accelreg.reset()
+        if self.settings:
+            accelreg.configure(**self.settings)
+        yield
+        accelreg.reset()
+
+    def _info(self) -> Any:
+        assert self.backend, "set `backend` on the BackendConformance subclass"
+        infos = {b.name: b for b in accelreg.backends()}
+        assert self.backend in infos, f"{self.backend!r} is not registered; registered: {', '.join(infos)}"
+        return infos[self.backend]
+
+    def test_available_with_a_reason(self) -> None:
+        info = self._info()
+        assert info.available, f"{self.backend} is unavailable: {info.reason}"
+        assert isinstance(info.reason, str) and info.reason.strip()
+        assert info.provider, "the backend should name its distribution"
+
+    def test_device_count(self) -> None:
+        info = self._info()
+        assert isinstance(info.device_count, int) and info.device_count >= 1
+        assert accelreg.device_count(self.backend) == info.device_count
+        assert len(info.devices()) == (info.device_count if info.indexed else 1)
+
+    def test_resolve_round_trips_for_every_index(self) -> None:
+        import torch
+
+        info = self._info()
+        for i in range(info.device_count):
+            dev = accelreg.resolve(i, backend=self.backend)
+            assert isinstance(dev, torch.device) and dev.type == info.device_type
+            if info.indexed:
+                assert dev.index == i
+            assert accelreg.resolve(str(dev)) == dev
+            assert accelreg.resolve(dev) == dev
+        for bad in (info.device_count, -1):
+            with pytest.raises(accelreg.DeviceError):
+                accelreg.resolve(bad, backend=self.backend)
+        with pytest.raises(TypeError):
+            accelreg.resolve(True, backend=self.backend)
+
+    def test_tensor_on_each_device(self) -> None:
+        import torch
+
+        info = self._info()
+        for i in range(info.device_count if info.indexed else 1):
+            dev = accelreg.resolve(i, backend=self.backend)
+            x = torch.arange(12, dtype=torch.float32, device=dev).reshape(3, 4)
+            # an index-less device ("hpu") means the process's current one
+            assert x.device.type == dev.type and (dev.index is None or x.device.index == dev.index)
+            y = (x * 2 + 1).sum(dim=0)
+            assert torch.equal(y.cpu(), (torch.arange(12.0).reshape(3, 4) * 2 + 1).sum(dim=0))
+
+    def test_memory_info_tracks_an_allocation(self) -> None:
+        import torch
+
+        info = self._info()
+        b = registry.get().backend(self.backend)
+        before = b.memory(0)
+        if before is None:
+            pytest.skip(f"{self.backend} reports no memory info (its spec has no memory_info)")
+        assert 0 <= before.free <= before.total
+        n = self.memory_probe_bytes
+        if before.free < 2 * n:
+            pytest.skip(f"{self.backend}:0 has only {before.free} bytes free; need {2 * n} for this check")
+
+        block = torch.empty(n, dtype=torch.uint8, device=accelreg.resolve(0, backend=self.backend))
+        after = b.memory(0)
+        assert after is not None and after.total == before.total
+        assert before.free - after.free >= n * 0.9, (
+            f"free memory did not drop by ~{n} bytes: {before} -> {after}"
+        )
+        del block
+        assert info.available
+
+    def test_visible_devices_parsing(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        info = self._info()
+        var = info.visible_devices_var
+        if var is None:
+            pytest.skip(f"{self.backend} declares no visible-devices variable")
+        samples = self.visible_devices_samples
+        own_syntax = samples is not None
+        if samples is None:
+            samples = (("0", ("0",)), ("1,0", ("1", "0")))
+        assert samples, "visible_devices_samples is empty: give ((value, expected ids), ...)"
+        for value, expected in samples:
+            assert value.strip(), "visible_devices_samples: the kit does not send empty values"
+            monkeypatch.setenv(var, value)
+            accelreg.reset()
+            accelreg.configure(**self.settings)
+            probed = registry.get().backend(self.backend).probe()
+            got = (probed.visible, probed.visible_error)
+            hint = (
+                ""
+                if own_syntax
+                else f"; if {self.backend}'s runtime reads another syntax, set visible_devices_samples "
+                "= ((value, expected ids), ...) on the test class"
+            )
+            assert got == (tuple(expected), None), f"{var}={value!r} parsed as {got}, not {expected}{hint}"
+        monkeypatch.delenv(var)
+        accelreg.reset()
+        accelreg.configure(**self.settings)
+        probed = registry.get().backend(self.backend).probe()
+        assert (probed.visible, probed.visible_error) == (None, None)
+
+    def test_placement_rules_well_formed(self) -> None:
+        rules = registry.get().rules(self.backend)
+        for _plugin, rule in rules:
+            assert isinstance(rule, PlacementRule)
+            assert rule.backend in (self.backend, "*")
+            assert rule.quant_method and rule.module_classes
+            assert rule.travelling_keys and any(
+                k == rule.param or k.startswith(rule.param) for k in rule.travelling_keys
+            )
+            assert rule.offload <= {"cpu", "disk"}
+            assert rule.quantized_nbytes((64, 64)) > 0
+            for dev in (f"{self.backend}:0", "cpu", "disk"):
+                assert isinstance(rule.may_live_on(dev), bool)
+        assert not [f for f in registry.get().failures if "placement" in f.stage]

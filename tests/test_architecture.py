@@ -1,0 +1,138 @@
+"""The shape of the package: no import circles, layers that import only downwards, backends
+that use only the plugin surface, and a facade that serves exactly what it lists.
+
+The graph comes from ``tools/imports.py`` (every import of the package's own modules, including
+those inside functions; ``TYPE_CHECKING`` blocks left out).
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import imports
+
+#: The layers, lowest first; a module imports only from its own layer and the ones below. The
+#: facade (``accelreg``) imports nothing but the errors at import time and serves the rest lazily,
+#: so it counts as the bottom.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("accelreg", "accelreg._text", "accelreg._warn", "accelreg.errors", "accelreg.types", "accelreg.sizes"),
+    ("accelreg.config", "accelreg.hookspecs"),
+    ("accelreg.registry", "accelreg.builtin", "accelreg.plugin"),
+    ("accelreg.resolution",),
+    ("accelreg.queries", "accelreg.placement"),
+    ("accelreg.planner",),
+    ("accelreg.integrations",),
+    ("accelreg.meta",),
+    ("accelreg.launch",),
+    ("accelreg.cli", "accelreg.testing", "accelreg.__main__"),
+)
+
+#: Imports that stay inside a function, and why (anything else belongs at the top of its module).
+LAZY_ALLOWED = {("accelreg.cli.plan", "accelreg.planner.plot"): "matplotlib, only when --plot is given"}
+
+GRAPH = imports.build()
+
+
+def _layer(module: str) -> int:
+    best, found = -1, -1
+    for i, layer in enumerate(LAYERS):
+        for part in layer:
+            if (module == part or module.startswith(part + ".")) and len(part) > best:
+                best, found = len(part), i
+    assert found >= 0, f"{module} is in no layer of tests/test_architecture.py: place it"
+    return found
+
+
+def test_the_import_graph_has_no_cycles() -> None:
+    assert GRAPH.cycles() == []
+
+
+def test_every_module_has_a_layer_and_imports_only_downwards() -> None:
+    upward = [
+        f"{module} (layer {_layer(module)}) imports {target} (layer {_layer(target)})"
+        for module, targets in GRAPH.edges.items()
+        for target in targets
+        if _layer(target) > _layer(module)
+    ]
+    assert upward == []
+
+
+def test_the_registry_is_the_bottom_layer_and_reads_alone() -> None:
+    """The registry imports only the records, settings and errors below it (and the built-ins'
+    table of entry points, for a source tree that was never installed)."""
+    allowed = {layer for layer in LAYERS[0] + LAYERS[1]} | {"accelreg.builtin"}
+    for module, targets in GRAPH.edges.items():
+        if module.startswith("accelreg.registry"):
+            outside = {t for t in targets if not t.startswith("accelreg.registry")} - allowed
+            assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def test_builtin_backends_use_only_the_plugin_surface() -> None:
+    """accelreg's own backends are written as a vendor writes one: ``accelreg.plugin`` alone."""
+    for module, targets in GRAPH.edges.items():
+        if module.startswith("accelreg.builtin."):
+            outside = {t for t in targets if not t.startswith("accelreg.builtin")} - {"accelreg.plugin"}
+            assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def test_imports_inside_functions_are_the_allowed_few() -> None:
+    lazy = {(module, target) for module, _, target in GRAPH.lazy}
+    assert lazy <= set(LAZY_ALLOWED), sorted(lazy - set(LAZY_ALLOWED))
+
+
+def test_import_accelreg_loads_only_the_errors() -> None:
+    code = (
+        "import sys, accelreg\n"
+        "print(sorted(m for m in sys.modules if m.startswith('accelreg')), "
+        "'torch' in sys.modules, 'pluggy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['accelreg', 'accelreg.errors'] False False"
+
+
+def test_the_facade_serves_exactly_what_it_lists() -> None:
+    import accelreg
+
+    for name in accelreg.__all__:
+        assert getattr(accelreg, name) is not None, name
+    served = set(accelreg._OWNERS)
+    eager = {n for n in accelreg.__all__ if n not in served}
+    assert eager == {n for n in dir(accelreg.errors) if n.endswith("Error")}
+    assert served <= set(accelreg.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
+        accelreg.nonesuch  # noqa: B018 - the attribute access is the test
+
+
+def test_every_error_is_an_accelreg_error() -> None:
+    from accelreg import errors
+
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), errors.AccelregError), name
+
+
+def test_the_plugin_surface_is_one_import() -> None:
+    from accelreg import plugin
+
+    for name in plugin.__all__:
+        assert getattr(plugin, name) is not None
+    assert {"hookimpl", "BackendSpec", "Availability", "MemoryInfo", "PlacementRule"} <= set(plugin.__all__)
+
+
+def test_strategy_words_are_reserved_backend_names() -> None:
+    from accelreg.planner import STRATEGIES
+    from accelreg.registry.records import RESERVED
+
+    assert set(STRATEGIES) <= RESERVED
+
+
+@pytest.mark.parametrize("name", ["meta", "placement", "testing", "cli", "launch", "sizes"])
+def test_public_module_names_keep_working(name: str) -> None:
+    """Modules that moved into packages keep their public import names."""
+    module = importlib.import_module(f"accelreg.{name}")
+    assert module.__all__

@@ -1,0 +1,146 @@
+"""accelreg's import graph: every import of the package's own modules, module to module.
+
+    python tools/imports.py            # the cycles (none expected) and the lazy imports
+    python tools/imports.py --graph    # every edge, as "module -> imported"
+
+Imports under ``if TYPE_CHECKING:`` are left out (they never run); imports inside functions are
+counted and listed, because they hide the graph: each one should say why it is lazy.
+``tests/test_architecture.py`` checks the graph has no cycles and that the layers only import
+downwards.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "accelreg"
+
+
+@dataclass
+class Graph:
+    """Modules of the package, their imports of each other, and which imports are lazy."""
+
+    modules: dict[str, Path]
+    edges: dict[str, set[str]] = field(default_factory=dict)
+    lazy: list[tuple[str, int, str]] = field(default_factory=list)  # (module, line, imported)
+
+    def cycles(self) -> list[list[str]]:
+        """Strongly connected components of more than one module (Tarjan)."""
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        on: set[str] = set()
+        out: list[list[str]] = []
+
+        def visit(v: str) -> None:
+            index[v] = low[v] = len(index)
+            stack.append(v)
+            on.add(v)
+            for w in sorted(self.edges.get(v, ())):
+                if w not in index:
+                    visit(w)
+                    low[v] = min(low[v], low[w])
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+
+        for v in sorted(self.modules):
+            if v not in index:
+                visit(v)
+        return out
+
+
+def _module_names(root: Path) -> dict[str, Path]:
+    out = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(tree: ast.Module) -> Iterator[tuple[ast.AST, bool]]:
+    """Every import statement, with whether it runs inside a function; TYPE_CHECKING blocks skipped."""
+
+    def walk(node: ast.AST, in_function: bool) -> Iterator[tuple[ast.AST, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                yield from ((n, f) for orelse in child.orelse for n, f in walk(orelse, in_function))
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, in_function
+            yield from walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    yield from walk(tree, False)
+
+
+def build(root: Path = ROOT) -> Graph:
+    """The graph of ``root`` (the ``accelreg`` package folder)."""
+    graph = Graph(_module_names(root))
+    for name, path in graph.modules.items():
+        is_package = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node, in_function in _imports(tree):
+            for target in _targets(graph.modules, name, is_package, node):
+                if target == name:
+                    continue
+                graph.edges.setdefault(name, set()).add(target)
+                if in_function:
+                    graph.lazy.append((name, node.lineno, target))
+    return graph
+
+
+def _targets(modules: dict[str, Path], name: str, is_package: bool, node: ast.AST) -> Iterator[str]:
+    top = name.split(".")[0]
+    if isinstance(node, ast.Import):
+        candidates = [alias.name for alias in node.names]
+    else:
+        assert isinstance(node, ast.ImportFrom)
+        if node.level:
+            base_parts = name.split(".") if is_package else name.split(".")[:-1]
+            base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+            base = ".".join([*base_parts, *([node.module] if node.module else [])])
+        else:
+            base = node.module or ""
+        candidates = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    for target in candidates:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target.split(".")[0] == top:
+            yield target
+
+
+def main(argv: list[str]) -> int:
+    graph = build()
+    if "--graph" in argv:
+        for module in sorted(graph.edges):
+            print(f"{module} -> {', '.join(sorted(graph.edges[module]))}")
+        return 0
+    cycles = graph.cycles()
+    for cycle in cycles:
+        print("cycle:", " -> ".join(cycle))
+    print(
+        f"{len(graph.modules)} modules, {sum(map(len, graph.edges.values()))} imports, {len(cycles)} cycles"
+    )
+    print(f"{len(graph.lazy)} imports inside functions:")
+    for module, line, target in sorted(graph.lazy):
+        print(f"  {module}:{line} -> {target}")
+    return 1 if cycles else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
