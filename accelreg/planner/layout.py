@@ -193,13 +193,24 @@ class Layout:
     ) -> None:
         """Form atoms and units. ``ties`` are declared groups of tensor names (unknown names are
         ignored); ``strict_names`` are the caller's groups (an unknown name is an error)."""
-        n_tensors = len(self.names)
+        self._form_atoms()
+        joined = _Sets(len(self.atom_start))  # atoms that must share a device
+        storage, storage_size = self._find_storages(joined)
+        self._tie(joined, storage, storage_size, ties, strict_names)
+        self._form_units(joined)
+        self._size_units()
+        self._size_atoms()
+        self._gather_units()
+        self._offload_rights()
+
+    def _form_atoms(self) -> None:
+        """Cut the tensor list into atoms: a no-split block's whole subtree, or a module's own tensors."""
         start, own_end, end, after, blocks = self.start, self.own_end, self.end, self.after, self.blocks
         atom_start: list[int] = []
         atom_end: list[int] = []
         atom_module: list[int] = []
         atom_block: list[bool] = []
-        tensor_atom = [0] * n_tensors
+        tensor_atom = [0] * len(self.names)
         m, n_modules = 0, len(self.paths)
         while m < n_modules:
             # a no-split block is one atom of all its tensors (then skip its submodules);
@@ -222,31 +233,14 @@ class Layout:
         )
         self.tensor_atom = tensor_atom
 
-        n_atoms = len(atom_start)
-        up = list(range(n_atoms))
-
-        def find(a: int) -> int:
-            root = a
-            while up[root] != root:
-                root = up[root]
-            while up[a] != root:
-                up[a], a = root, up[a]
-            return root
-
-        def union(a: int, b: int) -> None:
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                if ra < rb:
-                    up[rb] = ra
-                else:
-                    up[ra] = rb
-
-        # Storages: one canonical index per distinct storage; shared storage joins atoms.
+    def _find_storages(self, joined: _Sets) -> tuple[list[int], list[int]]:
+        """Give each distinct storage an index (and its largest size); join atoms sharing one.
+        Returns each tensor's storage, and each storage's size."""
+        tensor_atom, nbytes = self.tensor_atom, self.nbytes
         first: dict[Any, int] = {}
-        storage = [0] * n_tensors
+        storage = [0] * len(self.names)
         storage_size: list[int] = []
         storage_first: list[int] = []
-        nbytes = self.nbytes
         for t, key in enumerate(self.keys):
             s = first.get(key)
             if s is None:
@@ -256,19 +250,22 @@ class Layout:
             else:
                 if nbytes[t] > storage_size[s]:
                     storage_size[s] = nbytes[t]
-                union(tensor_atom[t], tensor_atom[storage_first[s]])
+                joined.union(tensor_atom[t], tensor_atom[storage_first[s]])
             storage[t] = s
+        return storage, storage_size
 
-        # Declared ties: join atoms; the tied tensors become one storage once tied (when their
-        # sizes agree; otherwise both are counted, which can only overestimate).
-        alias = list(range(len(storage_size)))
-
-        def canon(s: int) -> int:
-            while alias[s] != s:
-                alias[s] = alias[alias[s]]
-                s = alias[s]
-            return s
-
+    def _tie(
+        self,
+        joined: _Sets,
+        storage: list[int],
+        storage_size: list[int],
+        ties: Iterable[Sequence[str]],
+        strict_names: Sequence[Sequence[str]],
+    ) -> None:
+        """Join the atoms of tied tensors; tied tensors of one size become one storage (otherwise
+        both are counted, which can only overestimate). Sets ``storage`` and ``storage_size``."""
+        tensor_atom = self.tensor_atom
+        alias = _Sets(len(storage_size))  # storages that are one once tied
         index = self.tensor_index if (ties or strict_names) else {}
         unknown: list[str] = []
         for groups, strict in ((ties, False), (strict_names, True)):
@@ -282,42 +279,48 @@ class Layout:
                         continue
                     members.append(t)
                 for t in members[1:]:
-                    union(tensor_atom[t], tensor_atom[members[0]])
-                    a, b = canon(storage[t]), canon(storage[members[0]])
+                    joined.union(tensor_atom[t], tensor_atom[members[0]])
+                    a, b = alias.find(storage[t]), alias.find(storage[members[0]])
                     if a != b and storage_size[a] == storage_size[b]:
-                        alias[max(a, b)] = min(a, b)
+                        alias.union(a, b)
         if unknown:
-            shown = ", ".join(repr(n) for n in unknown[:5]) + (
-                f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
-            )
-            raise DeviceMapError(
-                f"tied_parameters names {len(unknown)} tensor(s) the model does not have: {shown}",
-                [f"unknown tensor in tied_parameters: {n!r}" for n in unknown],
-            )
-        self.storage = [canon(s) for s in storage]
+            raise _unknown_tied(unknown)
+        self.storage = [alias.find(s) for s in storage]
         self.storage_size = storage_size
 
-        # Units, numbered in forward order of their first atom.
+    def _form_units(self, joined: _Sets) -> None:
+        """Number the units (sets of joined atoms) in forward order of their first atom."""
+        find = joined.find
         unit_of_root: dict[int, int] = {}
-        atom_unit = [0] * n_atoms
+        atom_unit = [0] * len(self.atom_start)
         unit_first: list[int] = []
-        for a in range(n_atoms):
+        for a in range(len(atom_unit)):
             r = find(a)
             u = unit_of_root.get(r)
             if u is None:
                 u = unit_of_root[r] = len(unit_first)
                 unit_first.append(a)
             atom_unit[a] = u
-        n_units = len(unit_first)
-        unit_size = [0] * n_units
+        self.atom_unit, self.unit_first = atom_unit, unit_first
+
+    def _size_units(self) -> None:
+        """A unit's bytes: the storages its tensors use, each counted once in the whole model."""
+        atom_unit, tensor_atom = self.atom_unit, self.tensor_atom
+        storage_of, storage_size = self.storage, self.storage_size
+        unit_size = [0] * len(self.unit_first)
         counted = [False] * len(storage_size)
-        storage_of = self.storage
-        for t in range(n_tensors):
+        for t in range(len(self.names)):
             s = storage_of[t]
             if not counted[s]:
                 counted[s] = True
                 unit_size[atom_unit[tensor_atom[t]]] += storage_size[s]
-        # Atom size (a "layer" for offload headroom): the storages its tensors use, once each.
+        self.unit_size = unit_size
+
+    def _size_atoms(self) -> None:
+        """An atom's bytes (a "layer" for offload headroom): the storages its tensors use, once each."""
+        atom_start, atom_end = self.atom_start, self.atom_end
+        storage_of, storage_size = self.storage, self.storage_size
+        n_atoms = len(atom_start)
         atom_size = [0] * n_atoms
         seen = [-1] * len(storage_size)
         for a in range(n_atoms):
@@ -328,17 +331,28 @@ class Layout:
                     seen[s] = a
                     total += storage_size[s]
             atom_size[a] = total
+        self.atom_size = atom_size
+
+    def _gather_units(self) -> None:
+        """Each unit's atoms, its largest atom (its layer) and whether it holds a no-split block."""
+        atom_unit, atom_size, atom_block = self.atom_unit, self.atom_size, self.atom_block
+        n_units = len(self.unit_first)
         unit_layer = [0] * n_units
         unit_block = [False] * n_units
         unit_atoms: list[list[int]] = [[] for _ in range(n_units)]
-        for a in range(n_atoms):
+        for a in range(len(atom_unit)):
             u = atom_unit[a]
             unit_atoms[u].append(a)
             if atom_size[a] > unit_layer[u]:
                 unit_layer[u] = atom_size[a]
             if atom_block[a]:
                 unit_block[u] = True
-        # Where a unit may go when offloaded: every quantized weight in it must allow it.
+        self.unit_layer, self.unit_block, self.unit_atoms = unit_layer, unit_block, unit_atoms
+
+    def _offload_rights(self) -> None:
+        """Where a unit may go when offloaded: every quantized weight in it must allow it."""
+        atom_unit, tensor_atom = self.atom_unit, self.tensor_atom
+        n_units = len(self.unit_first)
         unit_cpu_ok = [True] * n_units
         unit_disk_ok = [True] * n_units
         for t, (_, rule) in self.quantized.items():
@@ -348,9 +362,6 @@ class Layout:
                 unit_cpu_ok[u] = False
             if "disk" not in offload:
                 unit_disk_ok[u] = False
-        self.atom_unit, self.atom_size = atom_unit, atom_size
-        self.unit_first, self.unit_size, self.unit_layer = unit_first, unit_size, unit_layer
-        self.unit_block, self.unit_atoms = unit_block, unit_atoms
         self.unit_cpu_ok, self.unit_disk_ok = unit_cpu_ok, unit_disk_ok
 
     # -- descriptions -----------------------------------------------------------------------
@@ -372,6 +383,46 @@ class Layout:
     def total(self) -> int:
         """Bytes of the whole model, each storage once."""
         return sum(self.unit_size)
+
+
+class _Sets:
+    """Disjoint sets of ``0..n-1`` (union-find); a set's root is its smallest member."""
+
+    __slots__ = ("up",)
+
+    def __init__(self, n: int) -> None:
+        """Each of ``0..n-1`` in a set of its own."""
+        self.up = list(range(n))
+
+    def find(self, a: int) -> int:
+        """The root of ``a``'s set (compressing the path to it)."""
+        up = self.up
+        root = a
+        while up[root] != root:
+            root = up[root]
+        while up[a] != root:
+            up[a], a = root, up[a]
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        """Merge the sets of ``a`` and ``b``."""
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            if ra < rb:
+                self.up[rb] = ra
+            else:
+                self.up[ra] = rb
+
+
+def _unknown_tied(unknown: list[str]) -> DeviceMapError:
+    """The error for names in ``tied_parameters`` that the model does not have."""
+    shown = ", ".join(repr(n) for n in unknown[:5]) + (
+        f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
+    )
+    return DeviceMapError(
+        f"tied_parameters names {len(unknown)} tensor(s) the model does not have: {shown}",
+        [f"unknown tensor in tied_parameters: {n!r}" for n in unknown],
+    )
 
 
 def declared_ties(model: Any) -> list[tuple[str, str]]:

@@ -159,219 +159,319 @@ class _Search:
     def solve(self, H: int, main: int | None, best: Found, limit: int, greedy: bool = False) -> None:
         """Improve ``best`` with placements under one choice, within ``limit`` nodes; with
         ``greedy``, only the first leaf (best-fit decreasing, no backtracking)."""
-        k, C = self.k, self.C
-        CPU, DISK = k, k + 1
-        rooms = self.rooms(H, main)
-        size, count, layer = self.size, self.count, self.layer
-        allowed = [self.where(c, H) for c in range(C)]
-        staged = self.cpu is not None  # disk layers pass through the cpu
-        suffix = [0] * (C + 1)
-        forced_suffix = [0] * (C + 1)
-        for c in range(C - 1, -1, -1):
-            suffix[c] = suffix[c + 1] + self.vol[c]
-            forced_suffix[c] = forced_suffix[c + 1] + (0 if any(allowed[c]) else self.vol[c])
-        x = [[0] * (k + 2) for _ in range(C)]
-        res = disk = nodes = stage = 0  # bytes on accelerators, on disk; nodes; largest disk layer
-
-        def leaf() -> None:
-            if not (res > best.resident or (res == best.resident and disk < best.disk)):
-                return
-            offloaded = any(x[c][CPU] or x[c][DISK] for c in range(C))
-            used = [d for d in range(k) if any(x[c][d] for c in range(C))]
-            chosen = None
-            if offloaded and used:
-                if main is not None and main in used:
-                    chosen = main
-                else:  # another used device with the headroom left over
-                    chosen = next((d for d in used if rooms[d] >= H), None)
-                    if chosen is None:
-                        return
-            best.counts = [list(row) for row in x]
-            best.members = self.members
-            best.resident, best.disk = res, disk
-            best.main = chosen
-            best.headroom = max((layer[c] for c in range(C) if x[c][CPU] or x[c][DISK]), default=0)
-            best.staging = stage
-
-        def targets(c: int) -> tuple[list[int], list[int]]:
-            """Places for class ``c`` in trial order, and how many fit on each."""
-            s, m = size[c], count[c]
-            on_cpu, on_disk = allowed[c]
-            if s == 0:  # weightless: one place, the main device first
-                spots = (([main] if main is not None else []) + list(range(k))) if H >= 0 else []
-                spots += [t for t, ok in ((CPU, on_cpu), (DISK, on_disk)) if ok]
-                return spots[:1], [m] * len(spots[:1])
-            order = sorted((d for d in range(k) if rooms[d] >= s), key=rooms.__getitem__)
-            caps = [min(m, rooms[d] // s) for d in order]
-            if on_cpu and rooms[CPU] - stage >= s:
-                order.append(CPU)
-                caps.append(min(m, (rooms[CPU] - stage) // s))
-            if on_disk and rooms[DISK] >= s and stageable(c):
-                order.append(DISK)
-                caps.append(min(m, rooms[DISK] // s))
-            return order, caps
-
-        def stageable(c: int) -> bool:
-            """Whether the cpu has room to stage class ``c`` (and every disk layer so far)."""
-            return not staged or rooms[CPU] >= max(stage, layer[c])
-
-        def on_cpu_counts(c: int, left: int, hi: int, lo: int, then_disk: bool) -> range | list[int]:
-            """Counts of class ``c`` to try on the cpu, most first: when the rest would go to
-            disk, the cpu must keep room to stage it, so only counts that leave that room."""
-            if not (staged and then_disk):
-                return range(hi, lo - 1, -1)
-            s = size[c]
-            top = (rooms[CPU] - max(stage, layer[c])) // s  # most that leaves the staging room
-            counts = [left] if hi >= left else []  # all on the cpu: nothing to stage
-            counts += range(min(hi, left - 1, top), lo - 1, -1)
-            return counts
-
-        def put(c: int, t: int, v: int) -> int:
-            """Place ``v`` units of class ``c`` on ``t``; returns the stage it replaced."""
-            nonlocal res, disk, stage
-            used = v * size[c]
-            rooms[t] -= used
-            x[c][t] = v
-            before = stage
-            if t < k:
-                res += used
-            elif t == DISK:
-                disk += used
-                if v:
-                    stage = max(stage, layer[c])
-            return before
-
-        def take(c: int, t: int, v: int, before: int) -> None:
-            nonlocal res, disk, stage
-            used = v * size[c]
-            rooms[t] += used
-            x[c][t] = 0
-            if t < k:
-                res -= used
-            elif t == DISK:
-                disk -= used
-            stage = before
-
+        descent = _Descent(self, H, main, best, limit)
         if greedy:
-            for c in range(C):
-                left = count[c]
-                order, caps = targets(c)
-                for i, (t, cap) in enumerate(zip(order, caps, strict=True)):
-                    v = min(left, cap)
-                    if t == CPU:
-                        v = next(iter(on_cpu_counts(c, left, v, 0, DISK in order[i + 1 :])), 0)
-                    if v and t == DISK and not stageable(c):
-                        break
-                    put(c, t, v)
-                    left -= v
-                if left:
-                    break
-            else:
-                leaf()
-            best.nodes += C
+            descent.first_leaf()
+            best.nodes += self.C
             return
-
-        def visit(c: int) -> None:
-            if c == C:
-                leaf()
-                return
-            acc_room = sum(r for r in rooms[:k] if r > 0)
-            if forced_suffix[c] > acc_room:
-                return
-            s, m = size[c], count[c]
-            later = suffix[c + 1]
-            if s:  # a device fills with whole units of this class plus at most all smaller units
-                fill = 0
-                for r in rooms[:k]:
-                    if r > 0:
-                        part = (r // s) * s + later
-                        fill += r if r < part else part
-                more = m * s + later
-                bound = res + min(fill, more)
-                if bound < best.resident or (bound == best.resident and disk >= best.disk):
-                    return
-            order, caps = targets(c)
-            n = len(order)
-            same = [
-                0 < i
-                and order[i] < k
-                and rooms[order[i]] == rooms[order[i - 1]]
-                and main not in order[i - 1 : i + 1]
-                for i in range(n)
-            ]
-            acc_after = [0] * (n + 1)
-            fit_after = [0] * (n + 1)
-            for i in range(n - 1, -1, -1):
-                acc_after[i] = acc_after[i + 1] + (caps[i] if order[i] < k else 0)
-                fit_after[i] = fit_after[i + 1] + caps[i]
-            base_res, base_disk = res, disk
-            cpu_room = max(rooms[CPU] - stage, 0)
-
-            def place(i: int, left: int, prev: int, placed: int) -> None:
-                # ``placed`` units of this class are on accelerators so far, ``left`` still to go
-                nonlocal nodes, res, disk
-                nodes += 1
-                if nodes > limit:
-                    raise _Stop
-                if left == 0:
-                    visit(c + 1)
-                    return
-                if i == n or fit_after[i] < left:
-                    return
-                t = order[i]
-                if t == DISK and not stageable(c):
-                    return
-                hi = caps[i] if caps[i] < left else left
-                if same[i] and prev < hi:
-                    hi = prev
-                lo = left - fit_after[i + 1]
-                if lo < 0:
-                    lo = 0
-                row = x[c]
-                if t < k:
-                    free = acc_room - placed * s + cpu_room  # room off the disk
-                    after = acc_after[i + 1]
-                    for v in range(hi, lo - 1, -1):
-                        rest = left - v
-                        more = (placed + v + (rest if rest < after else after)) * s + later
-                        bound = base_res + (acc_room if acc_room < more else more)
-                        spill = rest * s + later - free + v * s
-                        disk_low = base_disk + (spill if spill > 0 else 0)
-                        if bound < best.resident or (bound == best.resident and disk_low >= best.disk):
-                            break  # fewer here only lowers the bound
-                        used = v * s
-                        rooms[t] -= used
-                        row[t] = v
-                        res += used
-                        place(i + 1, rest, v, placed + v)
-                        rooms[t] += used
-                        row[t] = 0
-                        res -= used
-                    return
-                more = placed * s + later
-                bound = base_res + (acc_room if acc_room < more else more)
-                free = acc_room - placed * s + (cpu_room if t == CPU else 0)
-                counts = on_cpu_counts(c, left, hi, lo, i + 1 < n) if t == CPU else range(hi, lo - 1, -1)
-                for v in counts:
-                    spill = later - free + (v * s if t == CPU else 0)
-                    disk_low = (
-                        base_disk + (left - v) * s + (v * s if t == DISK else 0) + (spill if spill > 0 else 0)
-                    )
-                    if bound < best.resident or (bound == best.resident and disk_low >= best.disk):
-                        if t == CPU:
-                            break  # fewer on the cpu only adds to the disk
-                        continue
-                    before = put(c, t, v)
-                    place(i + 1, left - v, v, placed)
-                    take(c, t, v, before)
-
-            place(0, m, m, 0)
-
         try:
-            visit(0)
+            descent.visit(0)
         except _Stop:
             best.cut = True
-        best.nodes += nodes
+        best.nodes += descent.nodes
+
+
+class _Descent:
+    """The depth-first search under one choice, and what it has placed so far.
+
+    ``x[c][t]`` units of class ``c`` are on place ``t`` (accelerators ``0..k-1``, ``CPU``, ``DISK``)
+    and ``rooms[t]`` is what ``t`` has left; ``res`` and ``disk`` are the bytes on the accelerators
+    and on disk, ``stage`` the largest disk layer (the cpu keeps room to stage it), ``nodes`` the
+    nodes visited (past ``limit``: :class:`_Stop`). A better placement is copied into ``best``.
+    """
+
+    __slots__ = (
+        "C",
+        "CPU",
+        "DISK",
+        "H",
+        "allowed",
+        "best",
+        "count",
+        "disk",
+        "forced_suffix",
+        "k",
+        "layer",
+        "limit",
+        "main",
+        "members",
+        "nodes",
+        "res",
+        "rooms",
+        "size",
+        "stage",
+        "staged",
+        "suffix",
+        "x",
+    )
+
+    def __init__(self, search: _Search, H: int, main: int | None, best: Found, limit: int) -> None:
+        """The start under choice ``(H, main)``: every room whole, nothing placed, no node visited."""
+        k, C = search.k, search.C
+        self.k, self.C, self.CPU, self.DISK = k, C, k, k + 1
+        self.H, self.main, self.best, self.limit = H, main, best, limit
+        self.rooms = search.rooms(H, main)
+        self.size, self.count, self.layer = search.size, search.count, search.layer
+        self.members = search.members
+        self.allowed = allowed = [search.where(c, H) for c in range(C)]
+        self.staged = search.cpu is not None  # disk layers pass through the cpu
+        # bytes of classes c.., and of those among them that may not leave the accelerators
+        self.suffix = suffix = [0] * (C + 1)
+        self.forced_suffix = forced_suffix = [0] * (C + 1)
+        for c in range(C - 1, -1, -1):
+            suffix[c] = suffix[c + 1] + search.vol[c]
+            forced_suffix[c] = forced_suffix[c + 1] + (0 if any(allowed[c]) else search.vol[c])
+        self.x = [[0] * (k + 2) for _ in range(C)]
+        self.res = self.disk = self.nodes = self.stage = 0
+
+    # -- the placement so far ---------------------------------------------------------------
+    def leaf(self) -> None:
+        """Every class is placed: copy the placement into ``best`` if it is better and one of the
+        accelerators it uses can be the main device."""
+        best, x, res, disk = self.best, self.x, self.res, self.disk
+        if not (res > best.resident or (res == best.resident and disk < best.disk)):
+            return
+        C, CPU, DISK, H, main, rooms = self.C, self.CPU, self.DISK, self.H, self.main, self.rooms
+        offloaded = any(x[c][CPU] or x[c][DISK] for c in range(C))
+        used = [d for d in range(self.k) if any(x[c][d] for c in range(C))]
+        chosen = None
+        if offloaded and used:
+            if main is not None and main in used:
+                chosen = main
+            else:  # another used device with the headroom left over
+                chosen = next((d for d in used if rooms[d] >= H), None)
+                if chosen is None:
+                    return
+        layer = self.layer
+        best.counts = [list(row) for row in x]
+        best.members = self.members
+        best.resident, best.disk = res, disk
+        best.main = chosen
+        best.headroom = max((layer[c] for c in range(C) if x[c][CPU] or x[c][DISK]), default=0)
+        best.staging = self.stage
+
+    def put(self, c: int, t: int, v: int) -> int:
+        """Place ``v`` units of class ``c`` on ``t``; returns the stage it replaced."""
+        used = v * self.size[c]
+        self.rooms[t] -= used
+        self.x[c][t] = v
+        before = self.stage
+        if t < self.k:
+            self.res += used
+        elif t == self.DISK:
+            self.disk += used
+            if v:
+                self.stage = max(self.stage, self.layer[c])
+        return before
+
+    def take(self, c: int, t: int, v: int, before: int) -> None:
+        """Undo :meth:`put` (``before``: the stage it returned)."""
+        used = v * self.size[c]
+        self.rooms[t] += used
+        self.x[c][t] = 0
+        if t < self.k:
+            self.res -= used
+        elif t == self.DISK:
+            self.disk -= used
+        self.stage = before
+
+    # -- where a class may go ---------------------------------------------------------------
+    def targets(self, c: int) -> tuple[list[int], list[int]]:
+        """Places for class ``c`` in trial order, and how many fit on each."""
+        k, CPU, DISK, H, main = self.k, self.CPU, self.DISK, self.H, self.main
+        rooms, stage = self.rooms, self.stage
+        s, m = self.size[c], self.count[c]
+        on_cpu, on_disk = self.allowed[c]
+        if s == 0:  # weightless: one place, the main device first
+            spots = (([main] if main is not None else []) + list(range(k))) if H >= 0 else []
+            spots += [t for t, ok in ((CPU, on_cpu), (DISK, on_disk)) if ok]
+            return spots[:1], [m] * len(spots[:1])
+        order = sorted((d for d in range(k) if rooms[d] >= s), key=rooms.__getitem__)
+        caps = [min(m, rooms[d] // s) for d in order]
+        if on_cpu and rooms[CPU] - stage >= s:
+            order.append(CPU)
+            caps.append(min(m, (rooms[CPU] - stage) // s))
+        if on_disk and rooms[DISK] >= s and self.stageable(c):
+            order.append(DISK)
+            caps.append(min(m, rooms[DISK] // s))
+        return order, caps
+
+    def stageable(self, c: int) -> bool:
+        """Whether the cpu has room to stage class ``c`` (and every disk layer so far)."""
+        return not self.staged or self.rooms[self.CPU] >= max(self.stage, self.layer[c])
+
+    def on_cpu_counts(self, c: int, left: int, hi: int, lo: int, then_disk: bool) -> range | list[int]:
+        """Counts of class ``c`` to try on the cpu, most first: when the rest would go to
+        disk, the cpu must keep room to stage it, so only counts that leave that room."""
+        if not (self.staged and then_disk):
+            return range(hi, lo - 1, -1)
+        room = self.rooms[self.CPU] - max(self.stage, self.layer[c])
+        top = room // self.size[c]  # most that leaves the staging room
+        counts = [left] if hi >= left else []  # all on the cpu: nothing to stage
+        counts += range(min(hi, left - 1, top), lo - 1, -1)
+        return counts
+
+    # -- the search -------------------------------------------------------------------------
+    def first_leaf(self) -> None:
+        """Build only the first leaf: each class, largest first, as many as fit on each of its
+        places in trial order, no backtracking (best-fit decreasing); keep it if all are placed."""
+        CPU, DISK = self.CPU, self.DISK
+        for c in range(self.C):
+            left = self.count[c]
+            order, caps = self.targets(c)
+            for i, (t, cap) in enumerate(zip(order, caps, strict=True)):
+                v = min(left, cap)
+                if t == CPU:
+                    v = next(iter(self.on_cpu_counts(c, left, v, 0, DISK in order[i + 1 :])), 0)
+                if v and t == DISK and not self.stageable(c):
+                    break
+                self.put(c, t, v)
+                left -= v
+            if left:
+                break
+        else:
+            self.leaf()
+
+    def visit(self, c: int) -> None:
+        """Place classes ``c``, ``c + 1``, ... every way the bounds leave open (at the end: a leaf)."""
+        if c == self.C:
+            self.leaf()
+            return
+        acc_room = sum(r for r in self.rooms[: self.k] if r > 0)
+        if self.forced_suffix[c] > acc_room or self.cannot_improve(c):
+            return
+        m = self.count[c]
+        self.place(_Turn(self, c, acc_room), 0, m, m, 0)
+
+    def cannot_improve(self, c: int) -> bool:
+        """Whether placing classes ``c``, ... cannot beat ``best``: even filled as well as they
+        can be, the accelerators would hold too little."""
+        s = self.size[c]
+        if not s:
+            return False
+        later = self.suffix[c + 1]
+        fill = 0  # a device fills with whole units of this class plus at most all smaller units
+        for r in self.rooms[: self.k]:
+            if r > 0:
+                part = (r // s) * s + later
+                fill += r if r < part else part
+        more = self.count[c] * s + later
+        bound = self.res + min(fill, more)
+        best = self.best
+        return bound < best.resident or (bound == best.resident and self.disk >= best.disk)
+
+    def place(self, turn: _Turn, i: int, left: int, prev: int, placed: int) -> None:
+        """One node: try each count of class ``turn.c`` on its place ``i`` that the bounds allow,
+        most first, each followed by the rest of the class on places ``i + 1``, ....
+
+        ``left`` units of the class are still to go, ``prev`` went to place ``i - 1`` and
+        ``placed`` are on accelerators so far. (One method, not one per kind of place: each
+        place is a level of the recursion, and this is the innermost loop of the search.)
+        """
+        self.nodes += 1
+        if self.nodes > self.limit:
+            raise _Stop
+        if left == 0:
+            self.visit(turn.c + 1)
+            return
+        fit_after = turn.fit_after
+        if i == turn.n or fit_after[i] < left:
+            return
+        t = turn.order[i]
+        if t == self.DISK and not self.stageable(turn.c):
+            return
+        cap = turn.caps[i]
+        hi = cap if cap < left else left
+        if turn.same[i] and prev < hi:
+            hi = prev
+        lo = left - fit_after[i + 1]
+        if lo < 0:
+            lo = 0
+        best, s, later, acc_room = self.best, turn.s, turn.later, turn.acc_room
+        base_res, base_disk = turn.base_res, turn.base_disk
+        if t < self.k:
+            rooms, row = self.rooms, turn.row
+            free = acc_room - placed * s + turn.cpu_room  # room off the disk
+            after = turn.acc_after[i + 1]
+            for v in range(hi, lo - 1, -1):
+                rest = left - v
+                more = (placed + v + (rest if rest < after else after)) * s + later
+                bound = base_res + (acc_room if acc_room < more else more)
+                spill = rest * s + later - free + v * s
+                disk_low = base_disk + (spill if spill > 0 else 0)
+                if bound < best.resident or (bound == best.resident and disk_low >= best.disk):
+                    break  # fewer here only lowers the bound
+                used = v * s
+                rooms[t] -= used
+                row[t] = v
+                self.res += used
+                self.place(turn, i + 1, rest, v, placed + v)
+                rooms[t] += used
+                row[t] = 0
+                self.res -= used
+            return
+        c, CPU, DISK = turn.c, self.CPU, self.DISK
+        more = placed * s + later
+        bound = base_res + (acc_room if acc_room < more else more)
+        free = acc_room - placed * s + (turn.cpu_room if t == CPU else 0)
+        counts = self.on_cpu_counts(c, left, hi, lo, i + 1 < turn.n) if t == CPU else range(hi, lo - 1, -1)
+        for v in counts:
+            spill = later - free + (v * s if t == CPU else 0)
+            disk_low = base_disk + (left - v) * s + (v * s if t == DISK else 0) + (spill if spill > 0 else 0)
+            if bound < best.resident or (bound == best.resident and disk_low >= best.disk):
+                if t == CPU:
+                    break  # fewer on the cpu only adds to the disk
+                continue
+            before = self.put(c, t, v)
+            self.place(turn, i + 1, left - v, v, placed)
+            self.take(c, t, v, before)
+
+
+class _Turn:
+    """One class's turn in the search: its places in trial order, how many fit on each, and the
+    terms of the bounds that stay fixed while it is spread over them."""
+
+    __slots__ = (
+        "acc_after",
+        "acc_room",
+        "base_disk",
+        "base_res",
+        "c",
+        "caps",
+        "cpu_room",
+        "fit_after",
+        "later",
+        "n",
+        "order",
+        "row",
+        "s",
+        "same",
+    )
+
+    def __init__(self, descent: _Descent, c: int, acc_room: int) -> None:
+        """Class ``c``'s turn from where ``descent`` stands (``acc_room``: what its accelerators have left)."""
+        k, main, rooms = descent.k, descent.main, descent.rooms
+        self.c, self.s, self.later, self.acc_room = c, descent.size[c], descent.suffix[c + 1], acc_room
+        self.order, self.caps = order, caps = descent.targets(c)
+        self.n = n = len(order)
+        # an accelerator with the same room as the one before (neither the main device) is
+        # interchangeable with it: it takes no more units than that one did
+        self.same = [
+            0 < i
+            and order[i] < k
+            and rooms[order[i]] == rooms[order[i - 1]]
+            and main not in order[i - 1 : i + 1]
+            for i in range(n)
+        ]
+        # units that places i.. can still take: on accelerators, anywhere
+        self.acc_after = acc_after = [0] * (n + 1)
+        self.fit_after = fit_after = [0] * (n + 1)
+        for i in range(n - 1, -1, -1):
+            acc_after[i] = acc_after[i + 1] + (caps[i] if order[i] < k else 0)
+            fit_after[i] = fit_after[i + 1] + caps[i]
+        self.base_res, self.base_disk = descent.res, descent.disk
+        self.cpu_room = max(rooms[descent.CPU] - descent.stage, 0)
+        self.row = descent.x[c]
 
 
 def search(
