@@ -17,13 +17,23 @@ def add_run_parser(subparsers: Any) -> None:
     """Register ``accelreg run`` on the ``accelreg`` command's subparsers."""
     p = subparsers.add_parser(
         "run",
-        help="start a command (torchrun, deepspeed, ...) with chosen physical devices masked in",
-        description="Set the backend's visible-devices variable so that physical devices DEVICES become "
-        "logical devices 0..n-1, then replace this process with COMMAND. Each rank then picks logical "
-        "device LOCAL_RANK through accelreg.resolve().",
+        help="start a job (torchrun, deepspeed, ray start, python ...) whose every Python process asks the registry",
+        description="Replace this process with COMMAND, as a job of the registry: every Python process "
+        "COMMAND starts (the launcher's own, its ranks, a scheduler's workers, on this node) installs "
+        "accelreg's integrations when it first imports transformers, accelerate, peft, DeepSpeed, ... "
+        "and a present but failing accelerator is an error there, never a silent cpu. With --devices, "
+        "the backend's visible-devices variable makes those physical devices the job's logical devices "
+        "0..n-1 (each rank then picks logical device LOCAL_RANK through accelreg.resolve()). The exit "
+        "status and signals are COMMAND's own.",
+        epilog="Where the command cannot be wrapped (a cluster's own launch scripts), set "
+        "ACCELREG_AUTO_INSTALL=1 in the job's environment instead: see docs/scaling.md.",
     )
-    p.add_argument("--devices", required=True, help="physical device ids, comma-separated (e.g. 0,2)")
-    p.add_argument("--backend", help="backend whose variable to set (default: the current backend)")
+    p.add_argument(
+        "--devices", help="physical device ids to mask in, comma-separated (e.g. 0,2); default: no mask"
+    )
+    p.add_argument(
+        "--backend", help="whose devices --devices names (default: the current backend); needs --devices"
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the command to run")
     p.set_defaults(func=cmd_run)
 
@@ -35,11 +45,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         print(
-            "accelreg run: give the command to start after --, e.g. accelreg run --devices 0,2 -- torchrun ...",
+            "accelreg run: give the command to start after --, e.g. accelreg run -- torchrun --nproc-per-node 2 train.py",
             file=sys.stderr,
         )
         return EXIT_USAGE
-    ids = [int(i) if i.strip().isdecimal() else i.strip() for i in args.devices.split(",")]
+    if args.backend is not None and args.devices is None:
+        print(
+            "accelreg run: --backend says whose devices --devices names; give --devices too", file=sys.stderr
+        )
+        return EXIT_USAGE
+    ids = None
+    if args.devices is not None:
+        ids = [int(i) if i.strip().isdecimal() else i.strip() for i in args.devices.split(",")]
     try:
         run(args.backend, ids, command)
     except (DeviceError, TypeError) as exc:

@@ -3,21 +3,29 @@
 Every integration has one shape (:class:`~._seams.Integration`): a module
 ``accelreg.integrations.<name>`` holding the library's seams, one ``INTEGRATION`` object, and
 ``enable, disable, enabled = INTEGRATION.api()``. Adding a host library is writing that module
-and naming it in :data:`HOSTS`; nothing else changes.
+and naming it, with the module whose import enables it, in :data:`HOSTS`; nothing else changes.
 
 :func:`install` enables every integration whose library is installed — each at the moment its
 library is imported, so ``install()`` itself imports none of them — and nothing it runs inside
 that import can raise into the user's ``import`` statement.
+
+This package's ``__init__`` is cheap on purpose (it imports only the import hooks): a process
+under ``accelreg run`` imports it at start-up (:mod:`accelreg.launch.startup`) and must not pay
+for the registry or any integration module before a host library is imported. The rest is
+served by name (:func:`integration`, and ``IntegrationWarning``/``raise_recorded`` from
+:mod:`._seams` on first use).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _postimport
-from ._seams import Integration, IntegrationWarning, enable_in_hook, raise_recorded, strict_mode
+
+if TYPE_CHECKING:
+    from ._seams import Integration, IntegrationWarning, raise_recorded
 
 __all__ = [
     "HOSTS",
@@ -31,20 +39,37 @@ __all__ = [
 ]
 
 #: The host libraries, in the order ``install()`` enables them: the name of each integration
-#: module (``accelreg.integrations.<name>``).
-HOSTS: tuple[str, ...] = ("accelerate", "transformers", "peft", "deepspeed")
+#: module (``accelreg.integrations.<name>``) and the library module whose import enables it —
+#: one imported only once its package is complete (firing on a submodule the package
+#: ``__init__`` is still importing would make ``enable()`` import from a partially initialised
+#: package). transformers imports its submodules lazily, so ``modeling_utils`` is safe there.
+HOSTS: dict[str, str] = {
+    "accelerate": "accelerate",
+    "transformers": "transformers.modeling_utils",
+    "peft": "peft",
+    "deepspeed": "deepspeed",
+}
+
+#: name -> (integration module, trigger): :data:`HOSTS` with each module's full name.
+INTEGRATIONS: dict[str, tuple[str, str]] = {name: (f"{__name__}.{name}", t) for name, t in HOSTS.items()}
+
+_SEAMS = f"{__name__}._seams"
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("IntegrationWarning", "raise_recorded"):
+        value = getattr(importlib.import_module(_SEAMS), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def integration(name: str) -> Integration:
-    """The :class:`~._seams.Integration` of host library ``name`` (its module imports nothing of
-    the library itself)."""
-    return importlib.import_module(f"{__name__}.{name}").INTEGRATION
-
-
-#: name -> (integration module, the library module whose import enables it).
-INTEGRATIONS: dict[str, tuple[str, str]] = {
-    name: (f"{__name__}.{name}", integration(name).trigger) for name in HOSTS
-}
+    """The :class:`~._seams.Integration` of host library ``name`` (importing its module, which
+    imports nothing of the library itself)."""
+    if name not in HOSTS:
+        raise KeyError(f"no integration named {name!r}; known: {', '.join(HOSTS)}")
+    return importlib.import_module(INTEGRATIONS[name][0]).INTEGRATION
 
 
 def _library_installed(trigger: str) -> bool:
@@ -65,26 +90,27 @@ def install() -> list[str]:
     :class:`~accelreg.errors.IntegrationError` from this call; the integrations it enabled
     are disabled again first, so a failed ``install()`` leaves nothing half-installed.
     """
+    from ._seams import enable_in_hook, raise_recorded, strict_mode
+
     raise_recorded()
     strict = strict_mode()
     chosen: list[Integration] = []
-    before = {name for name in HOSTS if integration(name).enabled}
+    installed = {name: trigger for name, trigger in HOSTS.items() if _library_installed(trigger)}
+    before = {name for name in installed if integration(name).enabled}
     try:
-        for name in HOSTS:
+        for name, trigger in installed.items():
             integ = integration(name)
-            if not _library_installed(integ.trigger):
-                continue
             chosen.append(integ)
             if integ.prepare is not None:
                 integ.prepare()  # work that must happen before the library first runs (imports nothing)
             if strict:
-                importlib.import_module(integ.trigger)
+                importlib.import_module(trigger)
                 integ.enable()  # reads the strict setting: raises on a seam it cannot match
             else:
-                _postimport.when_imported(integ.trigger, lambda _module, i=integ: enable_in_hook(i))
+                _postimport.when_imported(trigger, lambda _module, i=integ: enable_in_hook(i))
     except BaseException:
         for integ in chosen:
-            _postimport.cancel(integ.trigger)
+            _postimport.cancel(HOSTS[integ.name])
             if integ.name not in before:
                 integ.disable()
         raise
@@ -93,9 +119,9 @@ def install() -> list[str]:
 
 def uninstall() -> None:
     """Disable every integration and forget pending ones."""
-    for name in HOSTS:
+    for name, trigger in HOSTS.items():
+        _postimport.cancel(trigger)
         integ = integration(name)
-        _postimport.cancel(integ.trigger)
         if integ.unprepare is not None:
             integ.unprepare()
         integ.disable()
@@ -108,11 +134,10 @@ def status() -> list[dict[str, Any]]:
     ``pending`` (install() is waiting for ``trigger`` to be imported), ``install`` (what
     install() did or would do, in words) and ``note``."""
     out = []
-    for name in HOSTS:
-        integ = integration(name)
-        item = integ.status()
-        item["trigger"] = integ.trigger
-        item["pending"] = _postimport.pending(integ.trigger)
+    for name, trigger in HOSTS.items():
+        item = integration(name).status()
+        item["trigger"] = trigger
+        item["pending"] = _postimport.pending(trigger)
         item["install"] = _install_effect(item)
         out.append(item)
     return out

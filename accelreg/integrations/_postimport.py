@@ -3,7 +3,10 @@
 ``accelreg.install()`` must not import transformers, peft and DeepSpeed itself (seconds of
 import time a user may not need). Instead each integration is enabled the moment its library
 module finishes importing, through a finder on ``sys.meta_path`` that wraps that one module's
-loader. Nothing a callback raises reaches the user's ``import`` statement: the module has been
+loader (:func:`when_imported`). The same finder can also run a callback the moment an import of
+one of several modules *starts*, before any of its code runs (:func:`before_first_import`): a
+process under ``accelreg run`` calls ``install()`` that way, only once a host library is
+imported. Nothing a callback raises reaches the user's ``import`` statement: the module has been
 imported by then, and a failure becomes one warning (and is handed to the callback's owner
 through ``on_error``), never an exception inside somebody else's import.
 """
@@ -19,18 +22,22 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["cancel", "pending", "when_imported"]
+__all__ = ["before_first_import", "cancel", "pending", "when_imported"]
 
 log = logging.getLogger("accelreg.integrations")
 
 _lock = threading.RLock()
 _waiting: dict[str, list[Callable[[Any], None]]] = {}
+#: Module names whose first import runs a callback before the module executes.
+_starting: dict[str, Callable[[], None]] = {}
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     """Finds nothing itself; for watched names it wraps the real loader's ``exec_module``."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if fullname in _starting:
+            _start(fullname)  # may register callbacks for this very module: checked next
         if fullname not in _waiting:
             return None
         try:
@@ -69,10 +76,32 @@ class _Loader(importlib.abc.Loader):
 _finder = _Finder()
 
 
+def _idle() -> bool:
+    return not _waiting and not _starting
+
+
+def _start(name: str) -> None:
+    """Run the callback waiting for the start of ``name``'s import (once, for every name it
+    watches), outside the lock; a failure is a warning, never an error in the user's import."""
+    with _lock:
+        callback = _starting.get(name)
+        if callback is None:
+            return
+        for key in [k for k, v in _starting.items() if v is callback]:
+            del _starting[key]
+    try:
+        callback()
+    except Exception as exc:  # noqa: BLE001 - never raise into the user's import
+        _report(name, exc)
+    with _lock:
+        if _idle() and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+
+
 def _fire(name: str, module: Any) -> None:
     with _lock:
         callbacks = _waiting.pop(name, [])
-        if not _waiting and _finder in sys.meta_path:
+        if _idle() and _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
     for callback in callbacks:
         try:
@@ -104,11 +133,25 @@ def when_imported(name: str, callback: Callable[[Any], None]) -> None:
             sys.meta_path.insert(0, _finder)
 
 
+def before_first_import(names: Sequence[str], callback: Callable[[], None]) -> None:
+    """Call ``callback()`` once, the moment the first import of any of ``names`` starts (before
+    that module's code runs; callbacks it registers with :func:`when_imported` for that very
+    module still fire). At once if one of them is already imported."""
+    if any(name in sys.modules for name in names):
+        callback()
+        return
+    with _lock:
+        for name in names:
+            _starting[name] = callback
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
 def cancel(name: str) -> None:
     """Forget the callbacks waiting for ``name``."""
     with _lock:
         _waiting.pop(name, None)
-        if not _waiting and _finder in sys.meta_path:
+        if _idle() and _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
 
 

@@ -171,13 +171,14 @@ class Integration:
     (``accelreg/integrations/<name>.py``) defines its seams, one ``INTEGRATION`` of this class,
     and takes its public functions from it::
 
-        INTEGRATION = Integration(name="peft", distribution="peft", trigger="peft",
-                                  supported=">=0.17,<0.22", seams=[...])
+        INTEGRATION = Integration(name="peft", distribution="peft", supported=">=0.17,<0.22",
+                                  seams=[...])
         enable, disable, enabled = INTEGRATION.api()
 
-    :func:`accelreg.install` enables it when :attr:`trigger` is imported (after running
-    :attr:`prepare`, if any), :func:`accelreg.integrations.uninstall` disables it (after
-    :attr:`unprepare`), and ``accelreg env`` reports :meth:`status`.
+    and names itself, with the library module whose import enables it, in
+    :data:`accelreg.integrations.HOSTS`. :func:`accelreg.install` enables it when that module is
+    imported (after running :attr:`prepare`, if any), :func:`accelreg.integrations.uninstall`
+    disables it (after :attr:`unprepare`), and ``accelreg env`` reports :meth:`status`.
 
     Attributes:
         name: The integration's name (``accelreg.integrations.<name>``).
@@ -185,10 +186,6 @@ class Integration:
         supported: The tested releases: PEP 440 sets joined by ``"|"``; informational, never a
             guard (adapters are chosen by each seam's shape).
         seams: The functions replaced.
-        trigger: The library module whose import enables the integration under ``install()``:
-            one imported only once its package is complete (firing on a submodule the package
-            ``__init__`` is still importing would make ``enable()`` import from a partially
-            initialised package).
         scan_prefixes: Packages scanned for by-name copies of a patched function (default: the
             distribution's import name).
         on_enable / on_disable: Work beyond the seams, run inside ``enable()`` / ``disable()``
@@ -203,7 +200,6 @@ class Integration:
     distribution: str
     supported: str
     seams: Sequence[Seam]
-    trigger: str = ""
     scan_prefixes: tuple[str, ...] = ()
     on_enable: Callable[[], None] | None = None
     on_disable: Callable[[], None] | None = None

@@ -207,7 +207,6 @@ def _default_device(original: Any) -> Any:
 INTEGRATION = Integration(
     name="accelerate",
     distribution="accelerate",
-    trigger="accelerate",
     supported=">=1.10,<1.17",
     seams=[
         Seam(

@@ -230,7 +230,6 @@ def _status(integ: Integration, out: dict[str, Any]) -> None:
 INTEGRATION = Integration(
     name="deepspeed",
     distribution="deepspeed",
-    trigger="deepspeed",
     supported=">=0.17,<0.20",
     seams=[
         Seam(

@@ -37,7 +37,6 @@ def _infer_device(original: Any) -> Any:
 INTEGRATION = Integration(
     name="peft",
     distribution="peft",
-    trigger="peft",
     supported=">=0.17,<0.22",
     seams=[
         Seam(

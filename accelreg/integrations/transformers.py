@@ -411,7 +411,6 @@ _HK = "transformers.integrations.hub_kernels"
 INTEGRATION = Integration(
     name="transformers",
     distribution="transformers",
-    trigger="transformers.modeling_utils",
     supported="~=4.57.0 | >=5.0,<5.26",
     seams=[
         Seam(

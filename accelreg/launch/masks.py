@@ -17,6 +17,7 @@ from .. import registry
 from ..errors import ConfigError, DeviceError
 from ..registry.visible import mask_value
 from ..resolution import current_in_use
+from .startup import ENV_RUN
 
 __all__ = ["check_devices_exist", "run", "visible_devices_env"]
 
@@ -79,12 +80,20 @@ def check_devices_exist(backend: str | None, ids: Sequence[int | str]) -> None:
         )
 
 
-def run(backend: str | None, ids: Sequence[int | str], command: Sequence[str]) -> None:
-    """Replace this process with ``command`` under the mask for ``ids`` (never returns).
+def run(backend: str | None, ids: Sequence[int | str] | None, command: Sequence[str]) -> None:
+    """Replace this process with ``command`` as a job of the registry (never returns).
 
-    Ids the backend does not have are refused first (:func:`check_devices_exist`).
+    Every Python process ``command`` starts installs accelreg's integrations at start-up
+    (``ACCELREG_RUN`` is set for it: see :mod:`accelreg.launch.startup`) and counts as started by
+    a launcher (a present but failing backend is an error there, never a silent cpu). With
+    ``ids``, the backend's visible-devices variable makes those physical devices the job's
+    logical devices 0..n-1; ids the backend does not have are refused first
+    (:func:`check_devices_exist`). Exit status and signals are the command's own: this process
+    becomes it.
     """
     env = dict(os.environ)
-    env.update(visible_devices_env(backend, ids))
-    check_devices_exist(backend, ids)
+    if ids is not None:
+        env.update(visible_devices_env(backend, ids))
+        check_devices_exist(backend, ids)
+    env[ENV_RUN] = "1"
     os.execvpe(command[0], list(command), env)

@@ -34,8 +34,9 @@ LOCAL_RANK_VARS = (
     "MV2_COMM_WORLD_LOCAL_RANK",  # MVAPICH2
     "MPI_LOCALRANKID",  # Intel MPI / MPICH hydra
 )
-#: Any of these set means a launcher started this process as one rank of a job.
-LAUNCHER_VARS = (*LOCAL_RANK_VARS, "RANK", "WORLD_SIZE")
+#: Any of these set means a launcher started this process as part of a job (``ACCELREG_RUN``:
+#: ``accelreg run``, for every process of its command).
+LAUNCHER_VARS = (*LOCAL_RANK_VARS, "RANK", "WORLD_SIZE", "ACCELREG_RUN")
 #: Failure stages after which an external plugin's backend is missing although it is installed.
 _LOAD_STAGES = ("import", "register", "accelreg_backends")
 

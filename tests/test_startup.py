@@ -1,0 +1,130 @@
+"""Every Python process of a job asks the registry: the start-up hook and ``accelreg run``.
+
+``accelreg-startup.pth`` (installed with accelreg) arms :mod:`accelreg.launch.startup` in a
+process whose environment has ``ACCELREG_RUN`` (set by ``accelreg run``) or
+``ACCELREG_AUTO_INSTALL``; ``install()`` then runs when the process first imports a host
+library. These run real child interpreters (the ``.pth`` only acts at interpreter start-up).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from accelreg.launch import startup
+from accelreg.testing import clean_environ, run_python
+
+_MODULES = "import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.startswith('accelreg'))))"
+_ENABLED = (
+    "import json, accelreg.integrations as i\n"
+    "print(json.dumps({x['name']: x['enabled'] for x in i.status()}))\n"
+)
+
+
+def test_the_pth_file_is_installed_beside_accelreg() -> None:
+    """The set-up installs the hook where the interpreter reads it (site-packages' root)."""
+    pth = Path(sysconfig.get_paths()["purelib"]) / "accelreg-startup.pth"
+    assert pth.is_file(), f"{pth} is missing: reinstall accelreg (pip install -e .)"
+    line = pth.read_text().strip()
+    assert "ACCELREG_RUN" in line and "ACCELREG_AUTO_INSTALL" in line and line.count("\n") == 0
+
+
+def test_a_process_outside_a_job_loads_nothing_of_accelreg() -> None:
+    assert run_python(_MODULES, name=None).value == []
+
+
+@pytest.mark.parametrize("env", [{"ACCELREG_RUN": "1"}, {"ACCELREG_AUTO_INSTALL": "1"}])
+def test_a_job_process_waits_cheaply_then_installs_on_the_first_host_import(env: dict[str, str]) -> None:
+    code = _MODULES + "\nimport peft\n" + _ENABLED
+    lines = run_python(code, name=None, env=env).stdout.splitlines()
+    at_start = json.loads(lines[0])
+    # before a host library is imported: the hook alone, no registry, no integration module
+    assert set(at_start) <= {
+        "accelreg",
+        "accelreg.errors",
+        "accelreg.integrations",
+        "accelreg.integrations._postimport",
+        "accelreg.launch",
+        "accelreg.launch.startup",
+    }
+    assert "accelreg.registry" not in at_start
+    enabled = json.loads(lines[-1])
+    assert enabled["peft"] is True and enabled["transformers"] is True  # peft imports transformers
+
+
+@pytest.mark.parametrize("value", ["0", "no", "", "off"])
+def test_auto_install_off_values_arm_nothing(value: str) -> None:
+    assert not startup.armed({"ACCELREG_AUTO_INSTALL": value})
+    assert run_python(_MODULES, name=None, env={"ACCELREG_AUTO_INSTALL": value}).value == []
+
+
+def test_the_watch_list_covers_every_host_library() -> None:
+    from accelreg.integrations import HOSTS
+
+    names = startup.watched()
+    for trigger in HOSTS.values():
+        assert trigger in names and trigger.split(".")[0] in names
+
+
+def test_deepspeed_gets_the_registry_accelerator_before_it_picks_one() -> None:
+    """The hook runs install() as ``import deepspeed`` starts, so DeepSpeed's own first pick
+    is already the registry's (no 'Setting accelerator to CPU' from DeepSpeed's ladder)."""
+    code = (
+        "import deepspeed, json\n"
+        "from deepspeed.accelerator import get_accelerator\n"
+        "from accelreg.integrations.deepspeed import accelerator_report\n"
+        "r = accelerator_report()\n"
+        "print(json.dumps([get_accelerator()._name, r['how']]))\n"
+    )
+    result = run_python(code, name="npu", env={"ACCELREG_RUN": "1"})
+    name, how = result.value
+    assert name == "npu" and how.startswith("handed over by accelreg"), result.stdout + result.stderr
+
+
+def _accelreg_run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "accelreg", "run", *args],
+        capture_output=True,
+        text=True,
+        env=clean_environ(),
+        timeout=timeout,
+    )
+
+
+def test_accelreg_run_needs_no_devices_and_marks_the_job() -> None:
+    code = "import os, peft, json\n" + _ENABLED.replace("print(", "print(os.environ['ACCELREG_RUN'], ")
+    proc = _accelreg_run("--", sys.executable, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("1 ") and json.loads(proc.stdout[2:])["peft"] is True
+
+
+def test_accelreg_run_forwards_the_exit_status_and_signals() -> None:
+    assert _accelreg_run("--", sys.executable, "-c", "raise SystemExit(7)").returncode == 7
+    killed = _accelreg_run(
+        "--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    )
+    assert killed.returncode == -signal.SIGTERM  # the command itself got the signal: this process is it
+
+
+def test_accelreg_run_backend_without_devices_is_a_usage_error() -> None:
+    proc = _accelreg_run("--backend", "cpu", "--", sys.executable, "-c", "pass")
+    assert proc.returncode == 2 and "--backend says whose devices --devices names" in proc.stderr
+
+
+def test_a_process_under_accelreg_run_never_falls_back_to_the_cpu_silently() -> None:
+    """ACCELREG_RUN counts as a launcher: a present but failing accelerator is an error there."""
+    code = (
+        "import accelreg\n"
+        "try:\n    print(accelreg.resolve())\nexcept accelreg.DeviceError as e:\n    print('DeviceError', e)\n"
+    )
+    bad = {"ACCELREG_EMU_MEMORY": "not-a-size"}  # the emulated npu is installed but misconfigured
+    outside = run_python(code, name="npu", env=bad)
+    inside = run_python(code, name="npu", env={**bad, "ACCELREG_RUN": "1"})
+    assert outside.stdout.strip() == "cpu" and "npu is present" in outside.stderr  # warned
+    assert inside.stdout.startswith("DeviceError") and "ACCELREG_RUN=1" in inside.stdout
