@@ -1,9 +1,11 @@
 """The vendor contract: the hooks a backend plugin implements.
 
-A plugin is any module or object with functions decorated by :data:`accelreg.hookimpl`. It
-reaches accelreg through the ``accelreg`` entry-point group (the entry-point name is the
+A plugin is any module or object with functions decorated by ``hookimpl`` (from
+:mod:`accelreg.plugin`, the one module a plugin author imports; also :data:`accelreg.hookimpl`).
+It reaches accelreg through the ``accelreg`` entry-point group (the entry-point name is the
 backend name) or through :func:`accelreg.register`. Hooks only ever exchange the frozen
-records of :mod:`accelreg.types`.
+records of :mod:`accelreg.types`. Each plugin's implementation is called alone and contained;
+``optionalhook=True`` marks one for a hook a newer accelreg has; hook wrappers are refused.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def accelreg_backends() -> Iterable[BackendSpec]:
 
         import importlib.util
 
-        import accelreg
-        from accelreg.types import Availability, BackendSpec, MemoryInfo
+        from accelreg import plugin
+        from accelreg.plugin import Availability, BackendSpec, MemoryInfo
 
 
         def _available() -> Availability:
@@ -75,7 +77,7 @@ def accelreg_backends() -> Iterable[BackendSpec]:
             return MemoryInfo(free=free, total=total)
 
 
-        @accelreg.hookimpl
+        @plugin.hookimpl
         def accelreg_backends():
             yield BackendSpec(
                 name="acme",
@@ -110,11 +112,11 @@ def accelreg_placement_rules(backend: str) -> Iterable[PlacementRule]:
 
         from __future__ import annotations
 
-        import accelreg
-        from accelreg.types import PlacementRule
+        from accelreg import plugin
+        from accelreg.plugin import PlacementRule
 
 
-        @accelreg.hookimpl
+        @plugin.hookimpl
         def accelreg_placement_rules(backend: str):
             if backend == "cpu":
                 return []

@@ -61,7 +61,8 @@ class MemoryInfo:
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """One backend, as a plugin declares it.
+    """One backend, as a plugin declares it (what accelreg reports back is :class:`BackendInfo`;
+    the registry's live object behind both is ``accelreg.registry.Backend``, internal).
 
     Only ``name``, ``priority``, ``is_available`` and ``device_count`` are required. Every
     callable is a *probe*: accelreg calls it lazily, at most once per registry build (except
@@ -128,7 +129,8 @@ class BackendSpec:
 
 @dataclass(frozen=True)
 class BackendInfo:
-    """A registered backend as accelreg sees it after selection (what ``backends()`` returns).
+    """A registered backend as accelreg sees it after selection (what ``backends()`` returns): a
+    frozen report, with the probes' answers, of what a plugin declared as a :class:`BackendSpec`.
 
     Attributes:
         name: Backend name.

@@ -84,7 +84,9 @@ def corrupt4(m: Any) -> None:
 
 def our_pre_hooks(m: Any) -> list[Any]:
     return [
-        h for h in m._load_state_dict_pre_hooks.values() if getattr(h, "hook", None) is placement.hooks._pre_hook
+        h
+        for h in m._load_state_dict_pre_hooks.values()
+        if getattr(h, "hook", None) is placement.hooks._pre_hook
     ]
 
 
@@ -218,7 +220,10 @@ def test_8bit_strict_load_is_bit_exact(after_forward: bool) -> None:
         forward(m)
     sd = saved(m)
     placement.attach(m)
-    assert our_pre_hooks(m) and next(iter(m._load_state_dict_pre_hooks.values())).hook is placement.hooks._pre_hook
+    assert (
+        our_pre_hooks(m)
+        and next(iter(m._load_state_dict_pre_hooks.values())).hook is placement.hooks._pre_hook
+    )
     corrupt8(m)
     result = m.load_state_dict(sd)
     assert not result.missing_keys and not result.unexpected_keys

@@ -268,8 +268,8 @@ def test_text_output_says_headroom_is_reserved_not_free(capsys):
 )
 def test_the_plot_has_a_legend_and_no_label_overlaps_another(budgets):
     pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
-    from accelreg.meta import build_meta_model
     from accelreg.cli.plan import parse_max_memory
+    from accelreg.meta import build_meta_model
     from accelreg.planner import plan
     from accelreg.planner.plot import figure
 

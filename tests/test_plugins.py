@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import types
 
 import pytest
 import torch
@@ -247,3 +248,44 @@ def test_accelreg_placement_rules_hook_is_asked_per_backend_and_contained():
     assert asked == ["cuda", "xpu", "hpu"]
     assert {f.stage for f in accelreg.failures()} == {"accelreg_placement_rules"}
     assert accelreg.placement_rule("cuda", "q8").module_classes == ("m.Q8",)
+
+
+def test_a_plugin_for_a_newer_accelreg_loads_when_its_new_hook_is_optional():
+    """pluggy's ``optionalhook``: an implementation of a hook this accelreg does not have is
+    ignored when marked optional, and the plugin's other hooks work."""
+    from accelreg import plugin as surface
+
+    @surface.hookimpl(optionalhook=True)
+    def accelreg_backend_versions():  # a hook of some later accelreg
+        raise AssertionError("never called: this accelreg has no such hook")
+
+    @surface.hookimpl
+    def accelreg_backends():
+        yield spec("xpu", 1)
+
+    accelreg.register(
+        types.SimpleNamespace(
+            accelreg_backends=accelreg_backends, accelreg_backend_versions=accelreg_backend_versions
+        ),
+        "newer",
+    )
+    assert accelreg.failures() == []
+    assert accelreg.resolve("xpu") == torch.device("xpu", 0)
+
+
+@pytest.mark.parametrize("marker", [{"hookwrapper": True}, {"wrapper": True}])
+def test_hook_wrappers_are_refused_with_the_reason(marker):
+    """accelreg calls each plugin's implementation alone and contained, so a wrapper (which
+    would be called as a plain implementation) is a failure of that plugin, in words."""
+    from accelreg import plugin as surface
+
+    @surface.hookimpl(**marker)
+    def accelreg_backends():
+        yield spec("xpu", 1)
+
+    accelreg.register(types.SimpleNamespace(accelreg_backends=accelreg_backends), "wrapping")
+    with pytest.raises(accelreg.DeviceError):
+        accelreg.resolve("xpu")
+    (failure,) = accelreg.failures()
+    assert failure.plugin == "wrapping" and failure.stage == "register"
+    assert "as a hook wrapper" in failure.error and "contained" in failure.error

@@ -1,4 +1,5 @@
-"""resolve() semantics: the contract in DESIGN.md, on this CPU machine and on scripted backends."""
+"""resolve() semantics: the contract in docs/api.md (and the design brief it comes from), on this CPU
+machine and on scripted backends."""
 
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
 """Tied-weight-aware device-map planner: ``plan_device_map`` and ``check_device_map``.
 
+Three ways in: :func:`plan_device_map` (the contract: a map for a model you hold),
+:func:`plan` (the same plan with its whole report, a :class:`Plan`: per-place usage and
+headroom, the main device, notes), and :func:`accelreg.meta.device_map_for` one layer up (the
+patch-free path: builds the model on meta from a config, type or folder, then plans).
+
 The pieces, one job each: :mod:`~.layout` (the model as tensors, atoms and units),
 :mod:`~.budgets` (``max_memory`` or the registry), :mod:`~.quantization` (bitsandbytes sizes and
 pins), :mod:`~.packing` (placing units), :mod:`~.maps` (writing and reading maps),

@@ -31,7 +31,8 @@ class Found(NamedTuple):
         return metadata.EntryPoint(self.name, self.value, "").load()
 
 
-def _norm(name: str) -> str:
+def norm(name: str) -> str:
+    """A distribution name normalised the way packaging compares them (``Acme_NPU`` -> ``acme-npu``)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -52,7 +53,7 @@ def find(group: str, path: list[str] | None = None) -> list[Found]:
         except OSError:
             continue
         for meta_dir in names:
-            dist_name = _norm(meta_dir.rsplit(".", 1)[0].split("-", 1)[0])
+            dist_name = norm(meta_dir.rsplit(".", 1)[0].split("-", 1)[0])
             if dist_name in seen:
                 continue
             seen.add(dist_name)

@@ -20,7 +20,6 @@ accelreg) is ignored, as pluggy does; an unmarked one is a failure of that plugi
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -33,8 +32,9 @@ from ..builtin import BUILTIN_MODULES
 from ..config import Settings
 from . import entrypoints
 from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout
+from .entrypoints import norm
 
-__all__ = ["ENTRY_POINT_GROUP", "SELF", "Loaded", "Plugin", "call_hook", "load", "norm"]
+__all__ = ["ENTRY_POINT_GROUP", "SELF", "Loaded", "Plugin", "call_hook", "load"]
 
 ENTRY_POINT_GROUP = "accelreg"
 SELF = "accelreg"
@@ -75,11 +75,6 @@ class Loaded:
             plugin = owners.get(id(impl.plugin))
             if plugin is not None:
                 yield plugin, impl.function
-
-
-def norm(dist: str) -> str:
-    """A distribution name normalised the way packaging compares them (``Acme_NPU`` -> ``acme-npu``)."""
-    return re.sub(r"[-_.]+", "-", dist).lower()
 
 
 def self_version() -> str:

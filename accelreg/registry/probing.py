@@ -127,7 +127,11 @@ def package_installed(package: str) -> bool:
 
 
 class Backend:
-    """A selected backend: the registry's copy of its spec, its provider and its probed state."""
+    """A selected backend: the registry's copy of its spec, its provider and its probed state.
+
+    Internal: the live object behind the public records (a plugin declares a
+    :class:`~accelreg.types.BackendSpec`; users read :meth:`info`, a
+    :class:`~accelreg.types.BackendInfo`)."""
 
     def __init__(
         self,

@@ -21,7 +21,8 @@ from ..config import Settings, load_settings
 from ..errors import ConfigError, DeviceError, PluginConflictError, PluginError
 from ..types import BackendSpec, PlacementRule, PluginFailure
 from .containment import CONTAINED, Nonsense, describe, safe_str
-from .loading import Plugin, call_hook, load, norm
+from .entrypoints import norm
+from .loading import Plugin, call_hook, load
 from .probing import Backend
 from .records import own_rule, own_spec
 

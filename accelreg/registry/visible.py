@@ -39,14 +39,8 @@ def parse_visible_devices(
     :class:`~accelreg.errors.ConfigError` naming ``var``: accelreg will not guess what a
     runtime makes of it.
     """
-    if not isinstance(value, str):
-        raise TypeError(f"{var} must be a string, got {type(value).__name__}")
-    text = value.strip()
-    if text.lower() in _NO_DEVICES:
-        return ()
     out: list[str] = []
-    for raw in text.split(","):
-        token = raw.strip()
+    for token in _tokens(value, var):
         expanded = _expand(token, subdevices=subdevices, ranges=ranges, uuids=uuids)
         if expanded is None:
             raise ConfigError(
@@ -57,6 +51,17 @@ def parse_visible_devices(
                 raise ConfigError(f"{var}={value!r}: device {item} is listed twice")
             out.append(item)
     return tuple(out)
+
+
+def _tokens(value: str, var: str) -> list[str]:
+    """The comma-separated entries of a visible-devices value, stripped; none for a value that
+    means "no device at all"."""
+    if not isinstance(value, str):
+        raise TypeError(f"{var} must be a string, got {type(value).__name__}")
+    text = value.strip()
+    if text.lower() in _NO_DEVICES:
+        return []
+    return [raw.strip() for raw in text.split(",")]
 
 
 def _expand(token: str, *, subdevices: bool, ranges: bool, uuids: bool) -> list[str] | None:
@@ -92,14 +97,8 @@ def parse_visible_devices_truncating(value: str, *, var: str) -> tuple[str, ...]
     Entries are integers or ``GPU-``/``MIG-`` UUIDs (possibly abbreviated). The built-in cuda
     backend uses it for its variable.
     """
-    if not isinstance(value, str):
-        raise TypeError(f"{var} must be a string, got {type(value).__name__}")
-    text = value.strip()
-    if text.lower() in _NO_DEVICES:
-        return ()
     out: list[str] = []
-    for raw in text.split(","):
-        token = raw.strip()
+    for token in _tokens(value, var):
         if not (_INDEX.fullmatch(token) or _UUID.fullmatch(token)) or token in out:
             break
         out.append(token)
