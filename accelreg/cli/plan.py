@@ -18,6 +18,7 @@ import json
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -144,102 +145,133 @@ def _fail(args: argparse.Namespace, code: int, message: str, violations: tuple[s
     return code
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+@dataclass
+class _Planned:
+    """What ``accelreg plan`` computed: the model built on meta, its plan, and how long each took."""
 
+    model: Any
+    built: str
+    result: Any
+    build_s: float
+    plan_s: float
+    plotted: str | None = None
+    plot_error: str | None = None
+    explained: list[str] | None = None
+
+
+class _Refused(Exception):
+    """Why ``accelreg plan`` stops before printing a plan: the exit code and the message."""
+
+    def __init__(self, code: int, message: str, violations: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.code, self.violations = code, violations
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Build MODEL on meta, plan it, draw it if asked, and print the plan (text or JSON)."""
+    try:
+        planned = _compute(args)
+        _draw(args, planned)
+    except _Refused as refused:
+        return _fail(args, refused.code, str(refused), refused.violations)
+    if args.explain:
+        planned.explained = explain(planned.result, args.search_limit)
+    (_print_json if args.json else _print_text)(args, planned)
+    return _plot_failed(planned.plot_error)
+
+
+def _compute(args: argparse.Namespace) -> _Planned:
+    """Check the arguments, build the model and plan it; every refusal is a :class:`_Refused`."""
     try:
         max_memory = parse_max_memory(args.max_memory) if args.max_memory is not None else None
         no_split = [c.strip() for c in args.no_split.split(",") if c.strip()] if args.no_split else None
         if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"--plot {args.plot!r}: the file name must end in .png or .svg")
         started = time.perf_counter()
-        try:
-            model, built = build_meta_model(args.model, task=args.task, model_class=args.model_class)
-        except ModuleNotFoundError as exc:
-            if exc.name not in _HF_LIBRARIES:
-                raise
-            return _fail(
-                args,
-                EXIT_FAILED,
-                f"building {args.model!r} needs {exc.name}, which is not installed "
-                "(pip install 'accelreg[hf]')",
-            )
+        model, built = _build(args)
         build_s = time.perf_counter() - started
-        dtype = args.dtype or ("float16" if args.quantization else None)
         started = time.perf_counter()
         result = plan(
             model,
             max_memory,
             no_split_module_classes=no_split,
             strategy=args.strategy,
-            dtype=dtype,
+            dtype=args.dtype or ("float16" if args.quantization else None),
             quantization=args.quantization,
             search_limit=args.search_limit,
         )
-        plan_s = time.perf_counter() - started
+        return _Planned(model, built, result, build_s, time.perf_counter() - started)
     except UsageError as exc:
-        return _fail(args, EXIT_USAGE, str(exc))
+        raise _Refused(EXIT_USAGE, str(exc)) from exc
     except DeviceMapError as exc:
-        return _fail(args, EXIT_FAILED, str(exc), exc.violations)
+        raise _Refused(EXIT_FAILED, str(exc), exc.violations) from exc
     except DeviceError as exc:
-        return _fail(args, EXIT_FAILED, str(exc))
+        raise _Refused(EXIT_FAILED, str(exc)) from exc
     except (ValueError, TypeError) as exc:  # bad sizes, keys or dtype in the arguments
-        return _fail(args, EXIT_USAGE, str(exc))
+        raise _Refused(EXIT_USAGE, str(exc)) from exc
 
-    plotted = plot_error = None
-    if args.plot:
-        try:
-            plotted = str(_plot(result, args.plot, built))
-        except ImportError:
-            return _fail(args, EXIT_FAILED, "--plot needs matplotlib (pip install 'accelreg[plot]')")
-        except OSError as exc:  # the plan is still good: print it, then say why there is no plot
-            plot_error = f"--plot {args.plot!r}: cannot write the file: {exc.strerror or exc}"
 
-    explained = explain(result, args.search_limit) if args.explain else None
-    if args.json:
-        data = result.as_dict()
-        if explained is not None:
-            data["explain"] = explained
-        data.update(
-            model=args.model,
-            built=built,
-            parameters=sum(p.numel() for p in model.parameters()),
-            build_seconds=round(build_s, 4),
-            plan_seconds=round(plan_s, 4),
-            plot=plotted,
-        )
-        if plot_error:
-            data["plot_error"] = plot_error
-        print(json.dumps(data, indent=2))
-        return _plot_failed(plot_error)
+def _build(args: argparse.Namespace) -> tuple[Any, str]:
+    try:
+        return build_meta_model(args.model, task=args.task, model_class=args.model_class)
+    except ModuleNotFoundError as exc:
+        if exc.name not in _HF_LIBRARIES:
+            raise
+        raise _Refused(
+            EXIT_FAILED,
+            f"building {args.model!r} needs {exc.name}, which is not installed (pip install 'accelreg[hf]')",
+        ) from exc
 
+
+def _draw(args: argparse.Namespace, planned: _Planned) -> None:
+    """Write ``--plot``; a file that cannot be written is reported after the plan is printed."""
+    if not args.plot:
+        return
+    try:
+        planned.plotted = str(_plot(planned.result, args.plot, planned.built))
+    except ImportError as exc:
+        raise _Refused(EXIT_FAILED, "--plot needs matplotlib (pip install 'accelreg[plot]')") from exc
+    except OSError as exc:  # the plan is still good: print it, then say why there is no plot
+        planned.plot_error = f"--plot {args.plot!r}: cannot write the file: {exc.strerror or exc}"
+
+
+def _print_json(args: argparse.Namespace, planned: _Planned) -> None:
+    data = planned.result.as_dict()
+    if planned.explained is not None:
+        data["explain"] = planned.explained
+    data.update(
+        model=args.model,
+        built=planned.built,
+        parameters=sum(p.numel() for p in planned.model.parameters()),
+        build_seconds=round(planned.build_s, 4),
+        plan_seconds=round(planned.plan_s, 4),
+        plot=planned.plotted,
+    )
+    if planned.plot_error:
+        data["plot_error"] = planned.plot_error
+    print(json.dumps(data, indent=2))
+
+
+def _print_text(args: argparse.Namespace, planned: _Planned) -> None:
+    result = planned.result
     dtype_note = result.dtype or "checkpoint dtypes"
     quant = f", {result.quantization}" if result.quantization else ""
     print(
-        f"{built}: {format_size(result.total)} in {dtype_note}{quant}; strategy {result.strategy}; "
+        f"{planned.built}: {format_size(result.total)} in {dtype_note}{quant}; strategy {result.strategy}; "
         f"budgets from {result.budgets.source}"
     )
     print()
     print(table(rows(result), ["place", "used", "budget", "headroom", "share", "layers"]))
-    on = f"on accelerators: {format_size(result.resident)} of {format_size(result.total)} ({100 * result.resident_share:.1f} %)"
-    if result.main_device is not None:
-        on += f"; main device {result.main_device} runs the offloaded layers"
-    if result.optimal is not None:
-        on += "; no map keeps more" if result.optimal else "; the search stopped at its limit"
-    print(on)
-    reserved = {usage.place for usage in result.places if usage.headroom}
-    if reserved:
-        why = []
-        if reserved - {"cpu"}:
-            why.append("on the main device to run the largest offloaded layer")
-        if "cpu" in reserved:
-            why.append("on the cpu to stage the largest disk-offloaded layer")
-        print(f"headroom: space reserved (not free) {'; '.join(why)}")
+    print(_residency_line(result))
+    headroom = _headroom_line(result)
+    if headroom:
+        print(headroom)
     for note in result.notes:
         print(f"note: {note}")
-    if explained is not None:
+    if planned.explained is not None:
         print()
         print("why:")
-        for line in explained:
+        for line in planned.explained:
             print(f"  {line}")
     print()
     print("device_map:")
@@ -247,10 +279,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for key, place in result.device_map.items():
         print(f"  {(key or '(whole model)').ljust(width)}  {place}")
     print()
-    print(f"built on meta in {build_s:.2f} s; planned in {1000 * plan_s:.1f} ms")
-    if plotted:
-        print(f"plot written to {plotted}")
-    return _plot_failed(plot_error)
+    print(f"built on meta in {planned.build_s:.2f} s; planned in {1000 * planned.plan_s:.1f} ms")
+    if planned.plotted:
+        print(f"plot written to {planned.plotted}")
+
+
+def _residency_line(result: Any) -> str:
+    share = (
+        f"{format_size(result.resident)} of {format_size(result.total)} ({100 * result.resident_share:.1f} %)"
+    )
+    line = f"on accelerators: {share}"
+    if result.main_device is not None:
+        line += f"; main device {result.main_device} runs the offloaded layers"
+    if result.optimal is not None:
+        line += "; no map keeps more" if result.optimal else "; the search stopped at its limit"
+    return line
+
+
+def _headroom_line(result: Any) -> str:
+    reserved = {usage.place for usage in result.places if usage.headroom}
+    why = []
+    if reserved - {"cpu"}:
+        why.append("on the main device to run the largest offloaded layer")
+    if "cpu" in reserved:
+        why.append("on the cpu to stage the largest disk-offloaded layer")
+    return f"headroom: space reserved (not free) {'; '.join(why)}" if why else ""
 
 
 def _plot_failed(error: str | None) -> int:
