@@ -23,7 +23,9 @@ from typing import Any
 
 from ..errors import DeviceError, DeviceMapError, UsageError
 from ..meta import TASKS, build_meta_model
+from ..meta.build import HF_LIBRARIES
 from ..planner import STRATEGIES, plan
+from ..planner.budgets import missing_devices
 from ..planner.report import explain, rows
 from ..sizes import format_size
 from ._format import table
@@ -31,8 +33,6 @@ from ._format import table
 __all__ = ["add_plan_parser", "cmd_plan", "parse_max_memory"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-#: Libraries that building a model from its config needs (the ``hf`` extra).
-_HF_LIBRARIES = ("transformers", "accelerate", "huggingface_hub", "tokenizers", "safetensors")
 
 
 def parse_max_memory(text: str) -> dict[Any, str]:
@@ -120,6 +120,12 @@ def add_plan_parser(subparsers: Any) -> None:
     p.add_argument(
         "--no-split", metavar="CLASS[,CLASS]", help="module classes never split (default: the model's)"
     )
+    p.add_argument(
+        "--patch-free",
+        action="store_true",
+        help="plan as accelreg.device_map_for does, for stock from_pretrained without install(): every "
+        "accelerator keeps the offload headroom (stock accelerate picks the main device by hash order)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", metavar="FILE", help="draw per-device memory bars to FILE.png or FILE.svg")
     p.add_argument(
@@ -155,14 +161,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         try:
             model, built = build_meta_model(args.model, task=args.task, model_class=args.model_class)
         except ModuleNotFoundError as exc:
-            if exc.name not in _HF_LIBRARIES:
+            if (exc.name or "").split(".", 1)[0] not in HF_LIBRARIES:
                 raise
-            return _fail(
-                args,
-                EXIT_FAILED,
-                f"building {args.model!r} needs {exc.name}, which is not installed "
-                "(pip install 'accelreg[hf]')",
-            )
+            return _fail(args, EXIT_FAILED, str(exc))
         build_s = time.perf_counter() - started
         dtype = args.dtype or ("float16" if args.quantization else None)
         started = time.perf_counter()
@@ -174,8 +175,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             dtype=dtype,
             quantization=args.quantization,
             search_limit=args.search_limit,
+            any_main=args.patch_free,
         )
         plan_s = time.perf_counter() - started
+        missing = missing_devices(result.device_map.values())
     except UsageError as exc:
         return _fail(args, EXIT_USAGE, str(exc))
     except DeviceMapError as exc:
@@ -206,6 +209,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             build_seconds=round(build_s, 4),
             plan_seconds=round(plan_s, 4),
             plot=plotted,
+            missing_devices=missing,
         )
         if plot_error:
             data["plot_error"] = plot_error
@@ -221,7 +225,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print()
     print(table(rows(result), ["place", "used", "budget", "headroom", "share", "layers"]))
     on = f"on accelerators: {format_size(result.resident)} of {format_size(result.total)} ({100 * result.resident_share:.1f} %)"
-    if result.main_device is not None:
+    if result.main_device is not None and result.any_main:
+        used = ", ".join(u.place for u in result.places if u.headroom and u.place not in ("cpu", "disk"))
+        on += f"; each of {used} keeps the headroom to run the offloaded layers (stock dispatch picks one)"
+    elif result.main_device is not None:
         on += f"; main device {result.main_device} runs the offloaded layers"
     if result.optimal is not None:
         on += "; no map keeps more" if result.optimal else "; the search stopped at its limit"
@@ -230,12 +237,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if reserved:
         why = []
         if reserved - {"cpu"}:
-            why.append("on the main device to run the largest offloaded layer")
+            where = "on each accelerator used" if result.any_main else "on the main device"
+            why.append(f"{where} to run the largest offloaded layer")
         if "cpu" in reserved:
             why.append("on the cpu to stage the largest disk-offloaded layer")
         print(f"headroom: space reserved (not free) {'; '.join(why)}")
     for note in result.notes:
         print(f"note: {note}")
+    for place, why in missing.items():
+        print(f"note: this process has no {place} ({why}): the map is for a machine that has it")
     if explained is not None:
         print()
         print("why:")
