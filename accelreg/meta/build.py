@@ -277,8 +277,7 @@ def build_meta_model(spec: Any, *, task: str | None = None, model_class: Any = N
         if top not in HF_LIBRARIES:
             raise
         raise ModuleNotFoundError(
-            f"building a model from {_shown(spec)} needs {top}, which is not installed: "
-            "pip install 'accelreg[hf]' (transformers, accelerate, peft)",
+            f"building {_shown(spec)} needs {top}, which is not installed (pip install 'accelreg[hf]')",
             name=exc.name,
         ) from exc
 
