@@ -1,10 +1,11 @@
 """``accelreg env`` as the thing users paste into bug reports (issue 21, part 3), and the
 configuration problems it and ``accelreg config`` show (part 2): one test per field.
 
-The fields: OS, Python, CPU, RAM, numpy and the libraries; per device its name, total and free
-memory; each backend's runtime and driver versions (the ``versions`` and ``device_name``
-probes of ``BackendSpec``); the configuration files read; ``--report`` (Markdown, at most 100
-columns); ``--json`` (complete: tests/test_schemas.py checks it against the schema).
+The fields: OS, Python, CPU, RAM, numpy and the libraries; each backend's runtime and driver
+versions (the ``versions`` probe of ``BackendSpec``); the configuration files read;
+``--report`` (Markdown, at most 100 columns); ``--json`` (complete: tests/test_schemas.py
+checks it against the schema). Per device its name, total and free memory:
+tests/emu/test_env_devices.py, on the emulated accelerator.
 """
 
 from __future__ import annotations
@@ -125,44 +126,6 @@ def test_without_numpy_env_says_so_instead_of_torchs_warning():
 
 
 # -- devices and runtimes -----------------------------------------------------------------
-EMU_CODE = """
-import json
-from accelreg.cli.env import env_report, markdown_report
-report = env_report()
-npu = next(b for b in report["backends"] if b["name"] == "npu")
-print(json.dumps({"npu": npu, "report": markdown_report(report)}))
-"""
-
-
-@pytest.fixture(scope="module")
-def emulated() -> dict:
-    """``env_report`` on two emulated npu of 1 GiB and 2 GiB (this checkout's emulator)."""
-    return run_python(EMU_CODE, name="npu", devices=2, memory="1GiB,2GiB", env={"PYTHONPATH": EMU_PATH}).value
-
-
-def test_each_device_has_its_name(emulated):
-    names = [d["name"] for d in emulated["npu"]["device_info"]]
-    assert names == ["accelreg-emu NPU 0 (emulated on the host)", "accelreg-emu NPU 1 (emulated on the host)"]
-    assert "| npu:1 | accelreg-emu NPU 1 (emulated on the host) |" in emulated["report"]
-
-
-def test_each_device_has_its_total_memory(emulated):
-    assert [d["total"] for d in emulated["npu"]["device_info"]] == [1 << 30, 2 << 30]
-    assert [d["device"] for d in emulated["npu"]["device_info"]] == ["npu:0", "npu:1"]
-    assert "| 1.07 GB |" in emulated["report"] and "| 2.15 GB |" in emulated["report"]
-
-
-def test_each_device_has_its_free_memory(emulated):
-    for device in emulated["npu"]["device_info"]:
-        assert 0 < device["free"] <= device["total"]
-
-
-def test_the_runtime_versions_a_plugin_reports(emulated):
-    versions = emulated["npu"]["versions"]
-    assert versions == {"accelreg-emu": "0.1.0", "torch (extension ABI)": metadata.version("torch")}
-    assert "runtime: accelreg-emu 0.1.0" in emulated["report"]
-
-
 def test_an_unavailable_backend_reports_its_versions_but_no_devices(capsys):
     accelreg.register(
         plugin(spec("xpu", 2, priority=100, available=False, versions=lambda: {"driver": "1.2.3"})),

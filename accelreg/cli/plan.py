@@ -244,8 +244,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"headroom: space reserved (not free) {'; '.join(why)}")
     for note in result.notes:
         print(f"note: {note}")
+    by_reason: dict[str, list[str]] = {}
     for place, why in missing.items():
-        print(f"note: this process has no {place} ({why}): the map is for a machine that has it")
+        by_reason.setdefault(why, []).append(place)
+    for why, places in by_reason.items():
+        them = "them" if len(places) > 1 else "it"
+        print(
+            f"note: this process has no {', '.join(places)} ({why}): the map is for a machine that has {them}"
+        )
     if explained is not None:
         print()
         print("why:")

@@ -78,7 +78,10 @@ def device_map_for(
     device_map = dict(result.device_map)
     missing = missing_devices(device_map.values())
     if missing:
-        lines = "; ".join(f"{place}: {why}" for place, why in missing.items())
+        by_reason: dict[str, list[str]] = {}
+        for place, why in missing.items():
+            by_reason.setdefault(why, []).append(place)
+        lines = "; ".join(f"{', '.join(places)}: {why}" for why, places in by_reason.items())
         _warn.warn_once(
             f"device_map_for placed weights on {len(missing)} device(s) this process does not have ({lines}); "
             "the map is for a machine that has them (pass max_memory for this one, or load it there)"

@@ -23,6 +23,7 @@ The input is one token, so activations stay a few KB: the budgets are the weight
 from __future__ import annotations
 
 import json
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -150,3 +151,16 @@ def test_what_the_patch_free_map_costs_here(runs: dict[int, dict]) -> None:
     cost = runs[0]["resident"]
     assert cost["patch_free"] <= cost["install"], cost
     print(json.dumps(cost))
+
+
+def test_an_index_past_the_device_count_is_named():
+    """What device_map_for's warning and accelreg plan's notes say about a device this process lacks."""
+    code = textwrap.dedent(
+        """
+        import json
+        from accelreg.planner.budgets import missing_devices
+        print(json.dumps(missing_devices(["npu:0", "npu:1", "npu:2", "cpu"])))
+        """
+    )
+    found = json.loads(run_code(code, "npu", devices=2).stdout.strip().splitlines()[-1])
+    assert found == {"npu:2": "npu has 2 device(s) here (npu:0, npu:1)"}
