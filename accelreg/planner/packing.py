@@ -230,6 +230,17 @@ class _Runs:
             start = self.end(start, c)
         return start >= n
 
+    def feasible_budgeted(self, start: int, d: int) -> bool:
+        """:meth:`feasible` over the devices ``d..k-1`` that have a budget: what
+        :meth:`balanced` spreads over (a device without one takes not even weightless units)."""
+        n = self.n
+        for j in range(d, self.k):
+            if start >= n:
+                return True
+            if self.caps[j] > 0:
+                start = self.end(start, self.caps[j])
+        return start >= n
+
     def load(self, a: int, b: int) -> int:
         return self.P[b] - self.P[a]
 
@@ -314,21 +325,21 @@ class _Runs:
         first = next((d for d in range(self.k) if self.caps[d] > 0), None)
         if first is None:
             return [0] * self.k
-        if self.feasible(0, first + 1):
+        if self.feasible_budgeted(0, first + 1):
             p = 0
         else:
             e_max = self.end(0, self.caps[first])
             a, b = 0, e_max
             while a < b:
                 mid = (a + b) // 2
-                if self.feasible(mid, first + 1):
+                if self.feasible_budgeted(mid, first + 1):
                     b = mid
                 else:
                     a = mid + 1
             p = a
             if not self.pref[p]:
                 q = self.next[p]
-                if q <= e_max and self.feasible(q, first + 1):
+                if q <= e_max and self.feasible_budgeted(q, first + 1):
                     p = q
                 elif self.strict:
                     p = e_max
