@@ -15,6 +15,7 @@ executed.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -32,7 +33,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["KEYS", "Settings", "check_explicit", "load_settings", "parse_bool", "parse_names"]
+__all__ = ["KEYS", "Settings", "check_explicit", "did_you_mean", "load_settings", "parse_bool", "parse_names"]
 
 #: Largest configuration file accelreg reads. Anything bigger is refused, not parsed.
 MAX_FILE_BYTES = 1 << 20
@@ -97,6 +98,9 @@ class Settings(NamedTuple):
         errors: Configuration files that could not be used (unreadable, malformed, too big,
             bad values), each with its problem. Outside strict mode such a file is skipped
             and reported; in strict mode :func:`load_settings` raises instead.
+        shadowed: Key -> ``((source, value), ...)``: what lower-precedence sources also set
+            for that key, in precedence order (the effective value is not among them). An
+            environment value that does not parse is kept as its text.
     """
 
     priority: tuple[str, ...] = ()
@@ -111,6 +115,7 @@ class Settings(NamedTuple):
     files: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+    shadowed: Mapping[str, tuple[tuple[str, Any], ...]] = MappingProxyType({})
 
 
 def parse_bool(text: str, where: str) -> bool:
@@ -314,13 +319,18 @@ def load_settings(
     values: dict[str, Any] = check_explicit(explicit or {})
     sources: dict[str, str] = dict.fromkeys(values, "argument")
     warnings: list[str] = []
+    shadowed: dict[str, list[tuple[str, Any]]] = {}
 
     for key, spec in KEYS.items():
-        if key in values:
-            continue
         text = environ.get(spec.env)
         # An empty list variable means "unset", as in shells that export VAR= to clear it.
         if text is None or (text.strip() == "" and spec.kind in ("names", "providers")):
+            continue
+        if key in values:  # an argument wins; the variable is shown as shadowed
+            try:
+                shadowed.setdefault(key, []).append((f"env {spec.env}", _from_env(key, text, spec.env)))
+            except ConfigError:
+                shadowed.setdefault(key, []).append((f"env {spec.env}", text))
             continue
         values[key] = _from_env(key, text, spec.env)
         sources[key] = f"env {spec.env}"
@@ -351,6 +361,8 @@ def load_settings(
             if key not in values:
                 values[key] = value
                 sources[key] = str(path)
+            else:
+                shadowed.setdefault(key, []).append((str(path), value))
 
     for key, spec in KEYS.items():
         if key not in values:
@@ -359,7 +371,12 @@ def load_settings(
     if errors and values["strict"]:
         raise ConfigError(errors[0])
     return Settings(
-        **values, sources=sources, files=tuple(files), warnings=tuple(warnings), errors=tuple(errors)
+        **values,
+        sources=sources,
+        files=tuple(files),
+        warnings=tuple(warnings),
+        errors=tuple(errors),
+        shadowed=MappingProxyType({k: tuple(v) for k, v in shadowed.items()}),
     )
 
 
@@ -368,7 +385,9 @@ def check_explicit(explicit: Mapping[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, value in explicit.items():
         if key not in KEYS:
-            raise ConfigError(f"configure(): unknown setting {short(key)}; known: {', '.join(KEYS)}")
+            raise ConfigError(
+                f"configure(): unknown setting {short(key)}{did_you_mean(key)}; known: {', '.join(KEYS)}"
+            )
         values[key] = _coerce(key, value, f"configure({key}=...)")
     return values
 
@@ -403,7 +422,16 @@ def _file_values(path: Path, table: dict[str, Any], warnings: list[str]) -> dict
             except Exception as exc:  # noqa: BLE001 - whatever a value does, the file is skipped
                 raise ConfigError(f"{path}: {key}: unusable value: {type(exc).__name__}") from None
     if unknown:
-        names = ", ".join(repr(k) for k in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
+        names = ", ".join(f"{k!r}{did_you_mean(k)}" for k in unknown[:10])
+        names += ", ..." if len(unknown) > 10 else ""
         plural = "s" if len(unknown) > 1 else ""
         warnings.append(f"{path}: unknown setting{plural} {names} (known: {', '.join(KEYS)})")
     return out
+
+
+def did_you_mean(key: Any, form: str = " (did you mean {}?)") -> str:
+    """``" (did you mean 'priority'?)"`` for a near miss of a setting name (``priorty``), else ``""``."""
+    if not isinstance(key, str):
+        return ""
+    close = difflib.get_close_matches(key.strip().lower().replace("-", "_"), list(KEYS), n=1, cutoff=0.6)
+    return form.format(repr(close[0])) if close else ""

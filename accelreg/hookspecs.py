@@ -39,6 +39,11 @@ def accelreg_backends() -> Iterable[BackendSpec]:
     frameworks, and DeepSpeed's accelerator reports it (DeepSpeed then runs on your backend with
     no class of its own for it; see docs/integrations.md).
 
+    For bug reports, ``versions`` (``() -> {what: version}``: your package's, the runtime's and
+    the driver's, as far as the runtime can say; asked even when the backend is unavailable, so
+    cheap and without importing what is absent) and ``device_name`` (``(index) -> str``, each
+    device's product name) are what ``accelreg env`` and ``accelreg env --report`` show.
+
     Returns:
         An iterable of ``BackendSpec``.
 
@@ -77,6 +82,21 @@ def accelreg_backends() -> Iterable[BackendSpec]:
             return MemoryInfo(free=free, total=total)
 
 
+        def _name(index: int) -> str:
+            import torch_acme
+
+            return torch_acme.get_device_name(index)
+
+
+        def _versions() -> dict[str, str]:
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:  # metadata only: asked even when torch_acme is not installed
+                return {"torch_acme": version("torch-acme")}
+            except PackageNotFoundError:
+                return {}
+
+
         @plugin.hookimpl
         def accelreg_backends():
             yield BackendSpec(
@@ -86,6 +106,8 @@ def accelreg_backends() -> Iterable[BackendSpec]:
                 device_count=_count,
                 visible_devices_var="ACME_VISIBLE_DEVICES",
                 memory_info=_memory,
+                device_name=_name,
+                versions=_versions,
                 dist_backend="acme_ccl",
                 description="Acme accelerator (torch_acme)",
             )

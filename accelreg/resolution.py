@@ -21,7 +21,7 @@ from .registry import Backend, Snapshot
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["check_fallback", "current_in_use", "format_device", "qualify", "resolve"]
+__all__ = ["check_fallback", "current_in_use", "format_device", "local_rank", "qualify", "resolve"]
 
 #: Answers of the current snapshot: ``spec -> (type(spec), device)``. Replaced, never cleared
 #: in place, so a lookup always sees one snapshot's answers.
@@ -29,6 +29,7 @@ _CACHE: dict[Any, tuple[type, Any]] = {}
 _MAX_CACHED = 4096
 _SPEC = re.compile(r"([a-z][a-z0-9_]*)(?::([0-9]{1,9}))?")
 _MAP_ONLY = frozenset({"disk"})
+_BOUND_NAMES = (*registry.LOCAL_SIZE_VARS, "WORLD_SIZE")
 
 
 def resolve(spec: Any = None, *, backend: str | None = None) -> torch.device:
@@ -170,23 +171,60 @@ def current_in_use(snap: Snapshot) -> Backend:
     return b
 
 
+def local_rank(snap: Snapshot) -> int | None:
+    """The launcher's local rank, or ``None``; the same verdict on every machine: a value that
+    is no non-negative integer, or one at or past a process count the launcher set
+    (``LOCAL_WORLD_SIZE``, ..., ``WORLD_SIZE``), is a :class:`DeviceError` with or without an
+    accelerator."""
+    if snap.local_rank is None:
+        return None
+    var, text = snap.local_rank
+    stripped = text.strip()
+    if not re.fullmatch(r"0|[1-9][0-9]{0,8}", stripped):
+        raise DeviceError(f"{var}={text!r} is not a valid local rank (a non-negative integer)")
+    rank = int(stripped)
+    for bound_var, value in snap.rank_bounds:
+        size = value.strip()
+        if re.fullmatch(r"[1-9][0-9]{0,8}", size) and rank >= int(size):
+            raise DeviceError(
+                f"{var}={rank}, but {bound_var}={size}: the launcher started {size} process(es), "
+                f"so local ranks are 0..{int(size) - 1}"
+            )
+    return rank
+
+
+def _cpu_rank(snap: Snapshot) -> None:
+    """On the cpu every rank shares the one device, but only ranks a launcher accounts for:
+    a rank past 0 needs a process count (``LOCAL_WORLD_SIZE``, ...) that covers it, as on an
+    accelerator it needs a device."""
+    rank = local_rank(snap)
+    if rank and not snap.rank_bounds:
+        var, _ = snap.local_rank  # type: ignore[misc]
+        raise DeviceError(
+            f"{var}={rank}, but no accelerator is available here (only the cpu) and no launcher variable "
+            f"says that {rank + 1} or more processes share this node ({', '.join(_BOUND_NAMES)}): "
+            "a stale variable, or a launcher accelreg does not know; unset it, or set LOCAL_WORLD_SIZE "
+            "(`accelreg env` shows why each backend is unavailable)"
+        )
+
+
 def _auto(snap: Snapshot, b: Backend | None) -> torch.device:
     if b is None:
         b = current_in_use(snap)
         if b.name == "cpu":
             import torch
 
+            _cpu_rank(snap)
             return torch.device("cpu")
     if b.name == "cpu":
+        _cpu_rank(snap)
         return b.device(0)
     if not b.spec.indexed:
+        local_rank(snap)
         return b.device(0)
-    if snap.local_rank is not None:
-        var, text = snap.local_rank
-        stripped = text.strip()
-        if not re.fullmatch(r"0|[1-9][0-9]{0,8}", stripped):
-            raise DeviceError(f"{var}={text!r} is not a valid local rank (a non-negative integer)")
-        rank = int(stripped)
+    rank = local_rank(snap)
+    if rank is not None:
+        var, _ = snap.local_rank  # type: ignore[misc]
         if rank >= b.count:
             raise DeviceError(
                 f"{var}={rank}, but {b.name} has {_devices(b)} visible to this process; "
@@ -211,6 +249,8 @@ def _in_range(snap: Snapshot, b: Backend, index: int) -> torch.device:
 
 
 def _index(snap: Snapshot, b: Backend | None, index: int) -> torch.device:
+    if index < 0:  # the same verdict with or without an accelerator
+        raise DeviceError(f"device index {index} is negative; device indices start at 0")
     if b is None:
         b = _current_accelerator(snap, f"device index {index}")
     if b.name == "cpu":

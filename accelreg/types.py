@@ -8,7 +8,7 @@ no plugin ever sees accelreg's internals, and accelreg never relies on a plugin'
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Union
 
@@ -103,6 +103,16 @@ class BackendSpec:
             though its probes fail (``"the NVIDIA kernel driver is loaded"``), else ``None``.
             Asked only when the backend is unavailable; a non-``None`` answer makes passing it
             over loud, like an installed ``runtime_package``.
+        versions: ``() -> Mapping[str, str]``, the versions of the runtime behind this backend
+            that a bug report needs, by what they are: ``{"torch_npu": "2.13.0", "CANN":
+            "8.1.RC1", "driver": "24.1.0"}``. Asked by ``accelreg env`` whether or not the
+            backend is available (a driver that does not match the runtime is a common reason
+            it is not), so it must stay cheap and must not import a vendor package that is not
+            installed; leave out what the runtime cannot say. At most 16 entries, keys of at
+            most 64 characters, values of at most 200.
+        device_name: ``(index) -> str``, the product name of one device
+            (``"Ascend 910B2"``, ``"NVIDIA H100 80GB HBM3"``), as ``accelreg env`` shows it.
+            Asked only for available backends and indices below the device count.
     """
 
     name: str
@@ -120,6 +130,8 @@ class BackendSpec:
     runtime_package: str | None = None
     dist_backend: str | None = None
     presence: Callable[[], str | None] | None = None
+    versions: Callable[[], Mapping[str, str]] | None = None
+    device_name: Callable[[int], str] | None = None
 
     @property
     def torch_type(self) -> str:

@@ -51,8 +51,8 @@ def test_config_shows_sources(tmp_path):
     out = run("config", "--json", env={"ACCELREG_DISABLE": "mlu"}, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     values = json.loads(out.stdout)["values"]
-    assert values["priority"] == {"value": ["npu"], "source": str(tmp_path / "accelreg.toml")}
-    assert values["disable"] == {"value": ["mlu"], "source": "env ACCELREG_DISABLE"}
+    assert values["priority"] == {"value": ["npu"], "source": str(tmp_path / "accelreg.toml"), "shadowed": []}
+    assert values["disable"] == {"value": ["mlu"], "source": "env ACCELREG_DISABLE", "shadowed": []}
     assert values["strict"]["source"] == "default"
 
 

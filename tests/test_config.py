@@ -219,7 +219,10 @@ def test_unknown_keys_warn_once_per_file(tmp_path):
     with pytest.warns(RuntimeWarning) as record:
         accelreg.resolve("cpu")
     (message,) = [str(w.message) for w in record]
-    assert f"{path}: unknown settings 'probe_timout', 'strikt'" in message
+    assert (
+        f"{path}: unknown settings 'probe_timout' (did you mean 'probe_timeout'?), "
+        "'strikt' (did you mean 'strict'?)" in message
+    )
     import warnings
 
     with warnings.catch_warnings():

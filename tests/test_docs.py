@@ -10,9 +10,20 @@
 An HTML comment on the line before a block changes what happens to it:
 
 * ``<!-- docs-test: emu NAME N -->`` — run under the emulated accelerator presenting itself as
-  ``NAME`` with ``N`` devices (a block that needs an accelerator);
+  ``NAME`` with ``N`` devices (a block that needs an accelerator); the text before the block
+  must say how to run it there (``ACCELREG_EMU_NAME=NAME``), since it does not run as printed
+  on a machine without an accelerator;
+* ``<!-- docs-test: anywhere, emu NAME N -->`` — run twice: as printed without an accelerator,
+  and under the emulated one (a block that works on both, such as the README's quickstart);
 * ``<!-- docs-test: skip (reason) -->`` — not run; the reason is required and is the skip's
   reason (a fragment, a command that installs packages or takes minutes, ...).
+
+A ``python`` line whose comment starts with ``# -> `` states a value, and the value is checked:
+an expression (``accelreg.resolve(1)  # -> device(type='npu', index=1)``) or a simple
+assignment (``x = f()  # -> 3``, checking ``x``) must have that ``repr`` or ``str``; ``...``
+stands for any text, and two spaces end the value (prose may follow). A line that is not run
+(an ``except`` path) states nothing. A value comment in any other form (``# "npu"``) is an
+error: state it with ``# -> `` so that it is checked.
 
 Commands run in an empty temporary folder with a clean environment (no ``ACCELREG_*``
 settings, no hub access: ``HF_HUB_OFFLINE=1``) and this interpreter's ``bin`` first on
@@ -21,6 +32,9 @@ settings, no hub access: ``HF_HUB_OFFLINE=1``) and this interpreter's ``bin`` fi
 
 from __future__ import annotations
 
+import ast
+import inspect
+import io
 import json
 import os
 import re
@@ -28,8 +42,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import tokenize
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -47,7 +62,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+-]*)[^\n]*$")
 _DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<body>.*?)\s*-->\s*$")
 _SKIP = re.compile(r"^skip\s*\((?P<reason>.*\S.*)\)$")
-_EMU = re.compile(r"^emu\s+(?P<name>[a-z][a-z0-9_]*)\s+(?P<devices>[0-9]+)$")
+_EMU = re.compile(r"^(?P<anywhere>anywhere,\s*)?emu\s+(?P<name>[a-z][a-z0-9_]*)\s+(?P<devices>[0-9]+)$")
 PYTHON, SHELL, CONSOLE, DATA = ("python", "py"), ("bash", "sh", "shell"), ("console",), ("toml", "json")
 _MARKER = "@@accelreg-docs-results@@"
 _TIMEOUT = 600
@@ -63,11 +78,15 @@ class Block:
     source: str
     skip: str | None = None
     emu: tuple[str, int] | None = None
+    #: Also run as printed, without an accelerator (``anywhere, emu NAME N``).
+    anywhere: bool = False
+    #: Set on the copy of an ``anywhere`` block that runs without the emulator.
+    plain_run: bool = False
 
     @property
     def id(self) -> str:
         where = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path.name
-        return f"{where}:{self.line}"
+        return f"{where}:{self.line}" + (" [without an accelerator]" if self.plain_run else "")
 
     @property
     def runs(self) -> bool:
@@ -79,13 +98,15 @@ class DirectiveError(ValueError):
 
 
 def parse_directive(body: str) -> dict[str, object]:
-    """``"skip (why)"`` -> ``{"skip": "why"}``; ``"emu npu 2"`` -> ``{"emu": ("npu", 2)}``."""
+    """``"skip (why)"`` -> ``{"skip": "why"}``; ``"emu npu 2"`` -> ``{"emu": ("npu", 2)}``;
+    ``"anywhere, emu npu 2"`` -> the same and ``{"anywhere": True}``."""
     if m := _SKIP.match(body):
         return {"skip": m.group("reason").strip()}
     if m := _EMU.match(body):
-        return {"emu": (m.group("name"), int(m.group("devices")))}
+        return {"emu": (m.group("name"), int(m.group("devices"))), "anywhere": bool(m.group("anywhere"))}
     raise DirectiveError(
-        f"docs-test: {body!r} is neither 'skip (reason)' (the reason is required) nor 'emu NAME N'"
+        f"docs-test: {body!r} is neither 'skip (reason)' (the reason is required), 'emu NAME N' nor "
+        "'anywhere, emu NAME N'"
     )
 
 
@@ -124,11 +145,101 @@ def blocks_of(path: Path, text: str | None = None) -> list[Block]:
 ALL_BLOCKS = [b for doc in DOCUMENTS for b in blocks_of(doc)]
 
 
+# -- stated values ------------------------------------------------------------------------
+_STATED = re.compile(r"#\s?->\s?(?P<value>.*?)(?:\s{2,}.*)?$")
+_VALUE_LIKE = re.compile(r"""#\s*(?:["'{\[(]|-?[0-9]|True\b|False\b|None\b|device\()""")
+
+
+def _comments(source: str) -> dict[int, str]:
+    """``{line: comment text}`` of a Python source (1-based lines)."""
+    out: dict[int, str] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                out[tok.start[0]] = tok.string
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return out
+
+
+def _statements(tree: ast.AST) -> list[ast.stmt]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.stmt)]
+
+
+def stated_values(source: str) -> list[tuple[ast.stmt, str]]:
+    """``(statement, expected text)`` for each statement ending in a ``# -> VALUE`` comment."""
+    comments = _comments(source)
+    out = []
+    for node in _statements(ast.parse(source)):
+        comment = comments.get(node.end_lineno or 0)
+        if comment is None or not comment.startswith(("# ->", "#->")):
+            continue
+        if not isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign)):
+            raise ValueError(
+                f"line {node.lineno}: '# -> ' states the value of an expression or an assignment"
+            )
+        m = _STATED.match(comment)
+        value = m.group("value").strip() if m else ""
+        if not value:
+            raise ValueError(f"line {node.lineno}: '# -> ' is followed by no value")
+        out.append((node, value))
+    return out
+
+
+def unchecked_values(source: str) -> list[str]:
+    """Lines whose comment states a value without ``# -> `` (so nothing checks it)."""
+    comments = _comments(source)
+    out = []
+    for node in _statements(ast.parse(source)):
+        if not isinstance(node, ast.Expr) or isinstance(node.value, ast.Constant):
+            continue
+        comment = comments.get(node.end_lineno or 0, "")
+        if _VALUE_LIKE.match(comment):
+            out.append(f"line {node.end_lineno}: {comment}")
+    return out
+
+
+def _col(line: str, byte_offset: int) -> int:
+    return len(line.encode("utf-8")[:byte_offset].decode("utf-8", errors="replace"))
+
+
+def checked_source(source: str, where: str) -> str:
+    """``source`` with each stated value checked by ``__docs_check__`` (same line numbers)."""
+    lines = source.splitlines(keepends=True)
+    edits: list[tuple[int, int, str]] = []  # (line index, column, text to insert)
+    for node, value in stated_values(source):
+        tag = f"{value!r}, {f'{where}+{node.end_lineno}'!r}"
+        end = node.end_lineno - 1  # type: ignore[operator]
+        if isinstance(node, ast.Expr):
+            expr = node.value
+            edits.append((expr.lineno - 1, _col(lines[expr.lineno - 1], expr.col_offset), "__docs_check__(("))
+            edits.append((end, _col(lines[end], expr.end_col_offset or 0), f"), {tag})"))
+        else:
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            name = ast.unparse(target)
+            edits.append(
+                (end, _col(lines[end], node.end_col_offset or 0), f"; __docs_check__({name}, {tag})")
+            )
+    for index, column, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        lines[index] = lines[index][:column] + text + lines[index][column:]
+    return "".join(lines)
+
+
+def docs_check(value: object, expected: str, where: str) -> object:
+    """``value`` if its ``repr`` or ``str`` is ``expected`` (``...``: any text), else AssertionError."""
+    pattern = ".*".join(re.escape(part) for part in expected.split("..."))
+    for shown in (repr(value), str(value)):
+        if re.fullmatch(pattern, shown, re.DOTALL):
+            return value
+    raise AssertionError(f"{where}: the comment says -> {expected}, but the value is {value!r}")
+
+
 # -- running ------------------------------------------------------------------------------
 _DRIVER = f"""
-import json, sys, traceback
+import json, re, sys, traceback
 blocks = json.load(open(sys.argv[1], encoding="utf-8"))
-namespace = {{"__name__": "__main__"}}
+{inspect.getsource(docs_check)}
+namespace = {{"__name__": "__main__", "__docs_check__": docs_check}}
 results = {{}}
 for block in blocks:
     try:
@@ -154,7 +265,8 @@ def _environ(block: Block) -> dict[str, str]:
 def _run_python(group: list[Block]) -> dict[str, str | None]:
     with tempfile.TemporaryDirectory(prefix="accelreg-docs-") as tmp:
         spec = Path(tmp) / "blocks.json"
-        spec.write_text(json.dumps([{"id": b.id, "source": b.source} for b in group]), encoding="utf-8")
+        blocks = [{"id": b.id, "source": checked_source(b.source, b.id)} for b in group]
+        spec.write_text(json.dumps(blocks), encoding="utf-8")
         work = Path(tmp) / "work"
         work.mkdir()
         proc = subprocess.run(
@@ -197,7 +309,7 @@ def run_all(blocks: list[Block]) -> dict[str, str | None]:
     """``{block id: None (passed) or what went wrong}`` for every block that runs."""
     jobs = []
     groups: dict[tuple[Path, tuple[str, int] | None], list[Block]] = {}
-    for b in blocks:
+    for b in [*blocks, *(replace(b, emu=None, plain_run=True) for b in blocks if b.anywhere)]:
         if not b.runs:
             continue
         if b.lang in PYTHON:
@@ -234,6 +346,12 @@ def test_block(block: Block, outcomes: dict[str, str | None]) -> None:
     elif block.runs:
         problem = outcomes[block.id]
         assert problem is None, f"{block.id} ({block.lang}, emulator {block.emu}) failed:\n{problem}"
+        if block.anywhere:
+            plain = replace(block, emu=None, plain_run=True)
+            problem = outcomes[plain.id]
+            assert problem is None, (
+                f"{plain.id} ({block.lang}, as printed, no accelerator) failed:\n{problem}"
+            )
     else:
         assert block.lang in ("", "text"), (
             f"{block.id}: a {block.lang!r} block is neither run nor output: use python, bash, console, "
@@ -272,3 +390,83 @@ def test_a_failing_block_fails(tmp_path):
     assert outcomes[blocks[0].id] is None
     assert "docs drifted" in outcomes[blocks[1].id]
     assert outcomes[blocks[2].id].startswith("exited 3")
+
+
+# -- stated values and emulator instructions (issue 21) ---------------------------------------
+def test_stated_values_are_checked(tmp_path):
+    doc = textwrap.dedent(
+        """
+        ```python
+        import torch
+        x = 1 + 1  # -> 2
+        x * 2  # -> 4  prose after two spaces
+        {"a": 1, "b": [2, 3]}  # -> {'a': 1, ...}
+        torch.device("cpu", 0)  # -> device(type='cpu', index=0)
+        try:
+            raise ValueError
+            x  # -> 99
+        except ValueError:
+            pass
+        ```
+
+        ```python
+        y = 3  # -> 4
+        ```
+
+        ```python
+        str(5)  # -> '6'
+        ```
+        """
+    )
+    blocks = blocks_of(tmp_path / "values.md", doc)
+    outcomes = run_all(blocks)
+    assert outcomes[blocks[0].id] is None, outcomes[blocks[0].id]
+    assert "the comment says -> 4, but the value is 3" in outcomes[blocks[1].id]
+    assert "the comment says -> '6', but the value is '5'" in outcomes[blocks[2].id]
+
+
+def test_a_value_stated_in_another_form_is_refused():
+    assert unchecked_values('accelreg.resolve(1)  # "npu:1" on an Ascend node\n') == [
+        'line 1: # "npu:1" on an Ascend node'
+    ]
+    assert unchecked_values("f()  # returns the device\nx = 1  # 1\n") == []
+    with pytest.raises(ValueError, match="states the value of an expression or an assignment"):
+        stated_values("import os  # -> 1\n")
+
+
+def test_every_value_a_snippet_states_is_checked():
+    found = [
+        f"{b.id} {line}"
+        for b in ALL_BLOCKS
+        if b.lang in PYTHON and b.skip is None
+        for line in unchecked_values(b.source)
+    ]
+    assert not found, "state values with '# -> ' so that the docs test checks them:\n" + "\n".join(found)
+
+
+def test_an_anywhere_block_runs_twice(tmp_path):
+    doc = "<!-- docs-test: anywhere, emu npu 2 -->\n```python\nimport accelreg\nprint(accelreg.resolve())\n```\n"
+    (block,) = blocks_of(tmp_path / "twice.md", doc)
+    assert block.anywhere and block.emu == ("npu", 2)
+    outcomes = run_all([block])
+    assert set(outcomes) == {block.id, block.id + " [without an accelerator]"}
+    assert all(v is None for v in outcomes.values()), outcomes
+
+
+def test_emulator_blocks_say_how_to_run_them():
+    """A block that needs the emulator does not run as printed without an accelerator: the text
+    before it (since the previous block) says how to run it there."""
+    missing = []
+    for doc in DOCUMENTS:
+        lines = doc.read_text(encoding="utf-8").splitlines()
+        blocks = blocks_of(doc)
+        for i, b in enumerate(blocks):
+            if b.emu is None or b.anywhere or b.skip is not None:
+                continue
+            start = 0
+            if i:
+                start = blocks[i - 1].line + len(blocks[i - 1].source.splitlines()) + 1
+            prose = "\n".join(lines[start : b.line - 1]) + "\n" + b.source
+            if f"ACCELREG_EMU_NAME={b.emu[0]}" not in prose:
+                missing.append(b.id)
+    assert not missing, f"say how to run these on the emulator (ACCELREG_EMU_NAME=...): {missing}"

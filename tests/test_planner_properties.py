@@ -8,6 +8,7 @@ the brute force finds a fit, so does the planner.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -242,3 +243,43 @@ def test_the_solver_keeps_the_most_bytes_any_placement_can(p):
     resident = sum(s for s, t in zip(p.sizes, solution.targets, strict=True) if t < p.k)
     assert resident == best, (resident, best, solution)
     assert solution.optimal is not False
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        packing.Problem(
+            sizes=[0, 0, 0, 0],
+            layers=[0, 0, 0, 0],
+            blocks=[False] * 4,
+            cpu_ok=[False] * 4,
+            disk_ok=[False] * 4,
+            caps=[1, 0],
+            cpu=None,
+            disk=None,
+            strategy="balanced_low_0",
+        ),
+        packing.Problem(
+            sizes=[11, 0],
+            layers=[10, 0],
+            blocks=[False, True],
+            cpu_ok=[False, False],
+            disk_ok=[True, True],
+            caps=[5, 0],
+            cpu=None,
+            disk=None,
+            strategy="balanced_low_0",
+        ),
+    ],
+)
+def test_balanced_low_0_keeps_weightless_units_off_a_device_without_a_budget(p):
+    """Found by the property test above (issue 21's full run): balanced_low_0 counted a device
+    without a budget as room for weightless units, then spread over the budgeted ones only and
+    lost them ("contiguous segmentation lost units")."""
+    try:
+        solution = packing.solve(p)
+    except packing.NoFit:
+        assert exhaustive(p) is None
+        return
+    assert not packing.validate(p, solution.targets, solution.main)
+    assert 1 not in solution.targets  # device 1 has no budget

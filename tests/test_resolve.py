@@ -121,8 +121,14 @@ def test_bad_local_rank_is_an_error_not_device_0(monkeypatch, value, match):
         accelreg.resolve()
 
 
-def test_local_rank_ignored_without_accelerator(monkeypatch):
+def test_local_rank_without_accelerator_needs_a_launcher_that_accounts_for_it(monkeypatch):
+    """Issue 21: a rank no launcher accounts for is an error on the cpu as on an accelerator;
+    every rank of a CPU-only job (LOCAL_WORLD_SIZE set) shares the cpu (tests/test_same_verdict.py)."""
     monkeypatch.setenv("LOCAL_RANK", "5")
+    with pytest.raises(DeviceError, match="LOCAL_RANK=5, but no accelerator is available here"):
+        accelreg.resolve()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    accelreg.reset()
     assert accelreg.resolve() == torch.device("cpu")
 
 

@@ -2,19 +2,21 @@
 
 Most accelerators plug into torch the same way: an optional vendor package that, once
 imported, installs ``torch.<name>`` with ``is_available``/``device_count``/``current_device``
-and usually ``mem_get_info``. :func:`torch_module_backend` builds the probes for that shape so
-each built-in backend file only states its facts.
+and usually ``mem_get_info`` and ``get_device_name``. :func:`torch_module_backend` builds the
+probes for that shape so each built-in backend file only states its facts.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from ..plugin import Availability, BackendSpec, MemoryInfo, parse_visible_devices
+
+__all__ = ["device_module", "package_missing", "read_first_line", "torch_module_backend"]
 
 
 def package_missing(package: str) -> bool:
@@ -97,6 +99,35 @@ def _memory(attr: str, package: str | None, index: int) -> MemoryInfo | None:
     return None
 
 
+def _device_name(attr: str, package: str | None, index: int) -> str:
+    module = device_module(attr, package)
+    if hasattr(module, "get_device_name"):
+        return str(module.get_device_name(index))
+    return str(module.get_device_properties(index).name)
+
+
+def _versions(package: str | None, runtime: Callable[[], Mapping[str, str]] | None) -> dict[str, str]:
+    """The vendor package's version (from its metadata: nothing is imported), then what
+    ``runtime`` adds (the runtime's own and the driver's, where the backend can say)."""
+    out: dict[str, str] = {}
+    if package is not None and not package_missing(package.split(".")[0]):
+        version = _version(package)
+        if version:
+            out[package.split(".")[0]] = version
+    if runtime is not None:
+        out.update(runtime())
+    return out
+
+
+def read_first_line(path: str) -> str | None:
+    """The first line of a small text file (a driver's version file), or ``None``."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.readline(4096).strip() or None
+    except OSError:
+        return None
+
+
 def torch_module_backend(
     name: str,
     *,
@@ -111,8 +142,12 @@ def torch_module_backend(
     indexed: bool = True,
     dist_backend: str | None = None,
     presence: Callable[[], str | None] | None = None,
+    runtime_versions: Callable[[], Mapping[str, str]] | None = None,
 ) -> BackendSpec:
-    """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``."""
+    """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``.
+
+    ``versions`` reports ``package``'s version (from its metadata) and what
+    ``runtime_versions`` adds; ``device_name`` asks ``torch.<attr>.get_device_name``."""
     attr = attr or name
     if parse_visible is None and visible_devices_var is not None:
         parse_visible = partial(parse_visible_devices, var=visible_devices_var)
@@ -131,4 +166,6 @@ def torch_module_backend(
         runtime_package=package,
         dist_backend=dist_backend,
         presence=presence,
+        versions=partial(_versions, package, runtime_versions),
+        device_name=partial(_device_name, attr, package),
     )

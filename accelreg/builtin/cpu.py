@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 
 from ..plugin import Availability, BackendSpec, MemoryInfo, hookimpl
 
@@ -31,6 +32,24 @@ def _memory(index: int) -> MemoryInfo | None:
     return MemoryInfo(free=free, total=total)
 
 
+def _name(index: int) -> str:
+    """The processor's model name: ``model name`` in /proc/cpuinfo where present, else
+    ``platform.processor()``, else the machine type; with the logical core count."""
+    model = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                    model = value.strip()
+                    break
+    except OSError:
+        pass
+    model = model or platform.processor() or platform.machine() or "unknown processor"
+    cores = os.cpu_count()
+    return f"{model}, {cores} logical cores" if cores else model
+
+
 @hookimpl
 def accelreg_backends():
     yield BackendSpec(
@@ -41,6 +60,7 @@ def accelreg_backends():
         current_index=lambda: 0,
         device=_device,
         memory_info=_memory,
+        device_name=_name,
         indexed=False,
         description="host CPU",
         dist_backend="gloo",

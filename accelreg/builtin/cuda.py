@@ -6,7 +6,7 @@ import os
 from functools import partial
 
 from ..plugin import hookimpl, parse_visible_devices_truncating
-from ._torchmod import torch_module_backend
+from ._torchmod import read_first_line, torch_module_backend
 
 VAR = "CUDA_VISIBLE_DEVICES"
 #: Files a loaded GPU kernel driver creates (Linux): NVIDIA's, and ROCm's (torch.cuda on AMD).
@@ -38,6 +38,32 @@ def _driver_loaded() -> str | None:
     return None
 
 
+def _versions() -> dict[str, str]:
+    """What torch was built with (CUDA or HIP, cuDNN) and the kernel driver's version, read
+    from the driver's own files (no subprocess, no NVML)."""
+    import torch
+
+    out: dict[str, str] = {}
+    if getattr(torch.version, "cuda", None):
+        out["CUDA (torch build)"] = str(torch.version.cuda)
+    if getattr(torch.version, "hip", None):
+        out["HIP (torch build)"] = str(torch.version.hip)
+    cudnn = torch.backends.cudnn
+    if cudnn.is_available() and cudnn.version():
+        out["cuDNN"] = str(cudnn.version())
+    nvidia = read_first_line(
+        "/proc/driver/nvidia/version"
+    )  # "NVRM version: ... Kernel Module  550.54.15  ..."
+    if nvidia is not None:
+        words = nvidia.split()
+        found = next((w for w in words if w[:1].isdigit() and "." in w), None)
+        out["NVIDIA driver"] = found or nvidia[:200]
+    amd = read_first_line("/sys/module/amdgpu/version")
+    if amd is not None:
+        out["amdgpu driver"] = amd[:200]
+    return out
+
+
 @hookimpl
 def accelreg_backends():
     yield torch_module_backend(
@@ -49,5 +75,6 @@ def accelreg_backends():
         not_compiled=_not_compiled,
         dist_backend="nccl",
         presence=_driver_loaded,
+        runtime_versions=_versions,
         description="NVIDIA CUDA / AMD ROCm (torch.cuda)",
     )

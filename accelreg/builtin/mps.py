@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 from ..plugin import Availability, BackendSpec, MemoryInfo, hookimpl
 
 
@@ -23,6 +25,12 @@ def _memory(index: int) -> MemoryInfo | None:
     return MemoryInfo(free=max(total - int(torch.mps.driver_allocated_memory()), 0), total=total)
 
 
+def _versions() -> dict[str, str]:
+    """macOS's version (Metal ships with it)."""
+    release = platform.mac_ver()[0]
+    return {"macOS": release} if release else {}
+
+
 @hookimpl
 def accelreg_backends():
     yield BackendSpec(
@@ -32,6 +40,8 @@ def accelreg_backends():
         device_count=lambda: 1,
         current_index=lambda: 0,
         memory_info=_memory,
+        versions=_versions,
+        device_name=lambda index: "Apple GPU (Metal)",
         description="Apple Metal (torch.mps)",
         dist_backend="gloo",  # torch's own default for mps tensors
     )

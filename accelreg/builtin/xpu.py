@@ -19,6 +19,23 @@ def _not_compiled(module) -> str | None:
     return None
 
 
+def _versions() -> dict[str, str]:
+    """The SYCL runtime torch was built with and, with a device, its driver's and runtime's versions."""
+    import torch
+
+    out: dict[str, str] = {}
+    if getattr(torch.version, "xpu", None):
+        out["SYCL (torch build)"] = str(torch.version.xpu)
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        props = xpu.get_device_properties(0)
+        for key, attr in (("driver", "driver_version"), ("runtime", "version")):
+            value = getattr(props, attr, None)
+            if value:
+                out[key] = str(value)
+    return out
+
+
 @hookimpl
 def accelreg_backends():
     yield torch_module_backend(
@@ -30,5 +47,6 @@ def accelreg_backends():
         parse_visible=partial(parse_visible_devices, var=VAR, subdevices=True),
         not_compiled=_not_compiled,
         dist_backend="xccl",
+        runtime_versions=_versions,
         description="Intel GPU (torch.xpu)",
     )

@@ -52,8 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("env", help="show every backend, why it is (un)available, and what resolve() picks")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = sub.add_parser(
+        "env",
+        help="show every backend, why it is (un)available, and what resolve() picks",
+        description="Every backend, why it is (un)available, its runtime's versions and devices, what "
+        "resolve() picks, the configuration files read, the host (OS, Python, CPU, RAM) and the "
+        "libraries: what a bug report needs.",
+    )
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="machine-readable output")
+    out.add_argument(
+        "--report",
+        action="store_true",
+        help="a Markdown block (at most 100 columns) to paste into a bug report",
+    )
     p.set_defaults(func=cmd_env)
 
     p = sub.add_parser("config", help="show each effective setting and where it came from")
@@ -104,6 +116,9 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return EXIT_USAGE
     with warnings.catch_warnings():
+        # torch's import-time complaint when numpy is not installed (a core-only install):
+        # `accelreg env` reports numpy itself, and no command needs it.
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
         if args.command in ("env", "config"):
             # Their reports list every warning already: say each once.
             warnings.filterwarnings("ignore", message="accelreg: ", category=RuntimeWarning)

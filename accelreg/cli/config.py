@@ -1,4 +1,4 @@
-"""``accelreg config``: each effective setting and where it came from."""
+"""``accelreg config``: each effective setting, where it came from, and what it shadows."""
 
 from __future__ import annotations
 
@@ -15,12 +15,20 @@ __all__ = ["cmd_config"]
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    """Print each setting with its source; exit 3 when a configuration file was skipped."""
+    """Print each setting with its source and the values lower-precedence sources also set for
+    it (shadowed); exit 3 when a configuration file was skipped."""
     snap = registry.get()
     settings = snap.settings
     data = {
         "values": {
-            key: {"value": _plain(getattr(settings, key)), "source": settings.sources.get(key, "default")}
+            key: {
+                "value": _plain(getattr(settings, key)),
+                "source": settings.sources.get(key, "default"),
+                "shadowed": [
+                    {"value": _plain(value), "source": source}
+                    for source, value in settings.shadowed.get(key, ())
+                ],
+            }
             for key in KEYS
         },
         "files": list(settings.files),
@@ -35,6 +43,14 @@ def cmd_config(args: argparse.Namespace) -> int:
             [key, _show(item["value"]), item["source"], KEYS[key].env] for key, item in data["values"].items()
         ]
         print(table(rows, ["setting", "value", "from", "variable"]))
+        shadowed = [(key, item) for key, item in data["values"].items() if item["shadowed"]]
+        if shadowed:
+            print("\nshadowed (also set, but a source above wins):")
+            for key, item in shadowed:
+                for other in item["shadowed"]:
+                    print(
+                        f"  {key} = {_show(other['value'])}  from {other['source']}  (overridden by {item['source']})"
+                    )
         if data["files"]:
             print("\nfiles read: " + ", ".join(data["files"]))
         for problem in data["errors"]:

@@ -1,23 +1,66 @@
-"""``accelreg env``: every backend, why it is (un)available, what resolve() picks, the integrations."""
+"""``accelreg env``: what a bug report needs about this machine and what the registry makes of it.
+
+The host (OS, Python, CPU, RAM), the libraries (numpy, transformers, accelerate, ...), the
+configuration files read, every backend (why it is (un)available, its runtime's and driver's
+versions as its plugin reports them), each device (name, total and free memory), what
+``resolve()`` picks, the integrations, plugin failures and warnings. ``--json`` prints the data
+(``accelreg/schemas/env.schema.json``); ``--report`` prints a Markdown block of at most 100
+columns to paste into a bug report.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
+import platform
+import sys
+import textwrap
+from importlib import metadata
 from typing import Any
 
 from .. import registry
 from ..errors import AccelregError
 from ..integrations import status as integration_status
 from ..resolution import resolve_in
+from ..sizes import format_size
 from ._codes import EXIT_OK
 from ._format import table, terminal_width, version_line, versions, wrapped
 
-__all__ = ["cmd_env", "env_report"]
+__all__ = ["LIBRARIES", "REPORT_WIDTH", "cmd_env", "env_report", "markdown_report"]
+
+#: Libraries whose versions a report lists (read from their metadata: nothing is imported).
+LIBRARIES = (
+    "transformers",
+    "accelerate",
+    "peft",
+    "deepspeed",
+    "bitsandbytes",
+    "safetensors",
+    "huggingface_hub",
+    "tokenizers",
+    "kernels",
+    "lightning",
+    "ray",
+)
+#: The widest line ``accelreg env --report`` prints.
+REPORT_WIDTH = 100
+
+
+def _version_of(distribution: str) -> str | None:
+    """The installed version of an importable package, from its metadata (``None`` when it
+    cannot be imported here: not installed, or hidden); nothing is imported."""
+    try:
+        if importlib.util.find_spec(distribution) is None:
+            return None
+        return metadata.version(distribution)
+    except (ImportError, ValueError, metadata.PackageNotFoundError):
+        return None
 
 
 def env_report() -> dict[str, Any]:
-    """Everything ``accelreg env`` shows, as plain data."""
+    """Everything ``accelreg env`` shows, as plain data (the ``--json`` output)."""
 
     snap = registry.get()
     backends = []
@@ -43,6 +86,8 @@ def env_report() -> dict[str, Any]:
                 "visible_devices_value": snap.environ.get(var) if var else None,
                 "visible_devices": list(info.visible_devices) if info.visible_devices is not None else None,
                 "visible_devices_error": probed.visible_error,
+                "versions": b.versions(),
+                "device_info": _devices(b, info) if b.name != "cpu" else [],
             }
         )
     pick: dict[str, Any]
@@ -53,7 +98,10 @@ def env_report() -> dict[str, Any]:
         pick = {"device": None, "error": str(exc)}
     s = snap.settings
     return {
-        "versions": versions(),
+        "versions": {**versions(), "numpy": _version_of("numpy")},
+        "host": _host(snap),
+        "libraries": {name: _version_of(name) for name in LIBRARIES},
+        "config": {"files": list(s.files), "errors": list(s.errors), "warnings": list(s.warnings)},
         "backends": backends,
         "priority": [b.name for b in snap.order],
         "priority_source": s.sources.get("priority", "default"),
@@ -63,6 +111,40 @@ def env_report() -> dict[str, Any]:
         "warnings": list(snap.warnings),
         "integrations": (integrations := _integrations()),
         "integrations_scope": _integrations_scope(integrations),
+    }
+
+
+def _devices(b: Any, info: Any) -> list[dict[str, Any]]:
+    """Each device of an available backend: its name and memory as the plugin reports them."""
+    out = []
+    for index, device in enumerate(info.devices()):
+        memory = b.memory(index)
+        out.append(
+            {
+                "device": device,
+                "name": b.device_name(index),
+                "total": memory.total if memory is not None else None,
+                "free": memory.free if memory is not None else None,
+            }
+        )
+    return out
+
+
+def _host(snap: Any) -> dict[str, Any]:
+    """OS, Python, CPU and RAM (the cpu backend's own name and memory probes)."""
+    cpu = snap.backend("cpu")
+    memory = cpu.memory(0)
+    libc = " ".join(part for part in platform.libc_ver() if part) or None
+    return {
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "python_executable": sys.executable,
+        "cpu": cpu.device_name(0),
+        "cpu_count": os.cpu_count(),
+        "memory_total": memory.total if memory is not None else None,
+        "memory_available": memory.free if memory is not None else None,
+        "libc": libc,
     }
 
 
@@ -93,11 +175,97 @@ def _integrations_scope(items: list[dict[str, Any]]) -> str:
     )
 
 
+# -- shared wording -----------------------------------------------------------------------
+def _size(nbytes: int | None) -> str:
+    return "-" if nbytes is None else format_size(nbytes)
+
+
+def _host_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(label, text)`` for the host and the libraries."""
+    host, v = report["host"], report["versions"]
+    python = f"{host['python']} ({host['python_implementation']}, {host['python_executable']})"
+    ram = "unknown"
+    if host["memory_total"] is not None:
+        ram = f"{_size(host['memory_total'])} total, {_size(host['memory_available'])} available"
+    found = [f"{name} {version}" for name, version in report["libraries"].items() if version]
+    missing = [name for name, version in report["libraries"].items() if not version]
+    libraries = ", ".join(found) or "none"
+    if missing:
+        libraries += f" (not installed: {', '.join(missing)})"
+    return [
+        ("OS", host["os"] + (f", {host['libc']}" if host["libc"] else "")),
+        ("Python", python),
+        ("CPU", host["cpu"] or "unknown"),
+        ("RAM", ram),
+        ("numpy", v["numpy"] or "not installed"),
+        ("libraries", libraries),
+    ]
+
+
+def _config_lines(report: dict[str, Any]) -> list[str]:
+    """Which configuration files were read, skipped (and why), and their other problems."""
+    config = report["config"]
+    lines = [f"read {', '.join(config['files'])}" if config["files"] else "no configuration file read"]
+    lines += [f"SKIPPED {problem}" for problem in config["errors"]]
+    lines += list(config["warnings"])
+    return lines
+
+
+def _priority_line(report: dict[str, Any]) -> str:
+    source = report["priority_source"]
+    errors = report["config"]["errors"]
+    if errors and source == "default":
+        n = len(errors)
+        source += f"; {n} configuration file{'s' if n > 1 else ''} skipped, see config above"
+    return f"priority: {', '.join(report['priority'])}  (from {source})"
+
+
+def _resolve_line(report: dict[str, Any]) -> str:
+    pick = report["resolve"]
+    if pick.get("device"):
+        return f"resolve(): {pick['device']}  ({pick['why']})"
+    return f"resolve(): error: {pick['error']}"
+
+
+def _versions_text(found: dict[str, str]) -> str:
+    return ", ".join(f"{what} {version}" for what, version in found.items())
+
+
+def _integration_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(indent, text)`` lines about the integrations."""
+    out: list[tuple[int, str]] = []
+    for item in report["integrations"]:
+        state = "enabled" if item["enabled"] else "pending" if item.get("pending") else "not enabled"
+        out.append(
+            (0, f"{item['name']}: {state} ({item['library']} {item.get('version') or 'not installed'})")
+        )
+        for line in (item.get("note"), item.get("install")):
+            if line and line != "not installed":
+                out.append((1, line))
+        for seam in item.get("seams") or ():
+            if seam.get("adapter") is None:
+                out.append((1, f"skipped {seam['seam']}: {seam['reason']}"))
+        if item.get("accelerator"):  # DeepSpeed: whose accelerator it runs on
+            out.append((1, item["accelerator"]["summary"]))
+    return out
+
+
+def _shown_warnings(report: dict[str, Any]) -> list[str]:
+    """Warnings not already shown as configuration problems."""
+    config = report["config"]
+    shown = set(config["errors"]) | set(config["warnings"])
+    return [w for w in report["warnings"] if w not in shown and not any(w.endswith(e) for e in shown)]
+
+
+# -- the plain-text report ----------------------------------------------------------------
 def cmd_env(args: argparse.Namespace) -> int:
-    """Print the report (``--json``: the data, schema-checked by the tests)."""
+    """Print the report (``--json``: the data, schema-checked by the tests; ``--report``: Markdown)."""
     report = env_report()
     if args.json:
         print(json.dumps(report, indent=2))
+        return EXIT_OK
+    if getattr(args, "report", False):
+        print(markdown_report(report))
         return EXIT_OK
     width = terminal_width()
 
@@ -105,6 +273,8 @@ def cmd_env(args: argparse.Namespace) -> int:
         print(wrapped(text, width))
 
     say(version_line(report["versions"]))
+    for line in _config_lines(report):
+        say(f"config: {line}")
     say()
     rows = []
     for b in report["backends"]:
@@ -134,29 +304,30 @@ def cmd_env(args: argparse.Namespace) -> int:
         )
     print(table(rows, ["#", "backend", "available", "devices", "provider", "visible devices", "why"], width))
     say()
-    say(f"priority: {', '.join(report['priority'])}  (from {report['priority_source']})")
-    pick = report["resolve"]
-    if pick.get("device"):
-        say(f"resolve(): {pick['device']}  ({pick['why']})")
-    else:
-        say(f"resolve(): error: {pick['error']}")
+    say(_priority_line(report))
+    say(_resolve_line(report))
     for b in report["backends"]:
         if b["visible_devices_error"]:
             say(f"visible devices of {b['name']}: {b['visible_devices_error']}")
+    devices = [d for b in report["backends"] for d in b["device_info"]]
+    if devices:
+        say()
+        device_rows = [[d["device"], d["name"] or "-", _size(d["total"]), _size(d["free"])] for d in devices]
+        print(table(device_rows, ["device", "name", "total", "free"], width))
+    runtimes = [b for b in report["backends"] if b["versions"]]
+    if runtimes:
+        say()
+        say("runtime versions (as each backend's plugin reports them):")
+        for b in runtimes:
+            say(f"  {b['name']}: {_versions_text(b['versions'])}")
+    say()
+    for label, text in _host_lines(report):
+        say(f"{label}: {text}")
     if report["integrations"]:
         say()
         say(f"integrations: {report['integrations_scope']}")
-        for item in report["integrations"]:
-            state = "enabled" if item["enabled"] else "pending" if item.get("pending") else "not enabled"
-            say(f"  {item['name']}: {state} ({item['library']} {item.get('version') or 'not installed'})")
-            for line in (item.get("note"), item.get("install")):
-                if line and line != "not installed":
-                    say(f"      {line}")
-            for seam in item.get("seams") or ():
-                if seam.get("adapter") is None:
-                    say(f"      skipped {seam['seam']}: {seam['reason']}")
-            if item.get("accelerator"):  # DeepSpeed: whose accelerator it runs on
-                say(f"      {item['accelerator']['summary']}")
+        for indent, line in _integration_lines(report):
+            say(("  " if indent == 0 else "      ") + line)
     if report["skipped"]:
         say()
         say("skipped plugins:")
@@ -168,9 +339,110 @@ def cmd_env(args: argparse.Namespace) -> int:
         for f in report["failures"]:
             dist = f"{f['distribution']} {f['version']}".strip() or "unknown distribution"
             say(f"  {f['plugin']} ({dist}): {f['stage']}: {f['error']}")
-    if report["warnings"]:
+    others = _shown_warnings(report)
+    if others:
         say()
         say("warnings:")
-        for w in report["warnings"]:
+        for w in others:
             say(f"  {w}")
     return EXIT_OK
+
+
+# -- the Markdown report ------------------------------------------------------------------
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(rows: list[list[str]], header: list[str], width: int = REPORT_WIDTH) -> list[str]:
+    """A Markdown table no wider than ``width``: the widest cells are cut (with ``...``) until
+    every line fits."""
+    cells = [[_cell(c) for c in row] for row in [header, *rows]]
+
+    def lines() -> list[str]:
+        out = ["| " + " | ".join(cells[0]) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+        out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
+        return out
+
+    while max(len(line) for line in lines()) > width:
+        longest = max(((r, c) for r in range(1, len(cells)) for c in range(len(header))),
+                      key=lambda rc: len(cells[rc[0]][rc[1]]))  # fmt: skip
+        r, c = longest
+        text = cells[r][c]
+        if len(text) <= 8:
+            break
+        cut = len(text) - (max(len(line) for line in lines()) - width) - 3
+        cells[r][c] = text[: max(cut, 5)].rstrip() + "..."
+    return lines()
+
+
+def _bullet(text: str, width: int = REPORT_WIDTH, level: int = 0) -> list[str]:
+    indent = "  " * level
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=indent + "- ",
+        subsequent_indent=indent + "  ",
+        break_on_hyphens=False,
+        break_long_words=True,
+    )
+
+
+def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WIDTH) -> str:
+    """``accelreg env --report``: the report as Markdown, no line wider than ``width``, to
+    paste into a bug report whole."""
+    report = env_report() if report is None else report
+    v = report["versions"]
+    out = ["### Environment (`accelreg env --report`)", ""]
+    out += _bullet(f"accelreg {v['accelreg']}, torch {v['torch'] or 'not installed'}", width)
+    for label, text in _host_lines(report):
+        out += _bullet(f"{label}: {text}", width)
+    for line in _config_lines(report):
+        out += _bullet(f"config: {line}", width)
+    out += _bullet(_priority_line(report).replace("  (", " ("), width)
+    out += _bullet(_resolve_line(report).replace("  (", " ("), width)
+    out += ["", "**Backends** (effective order)", ""]
+    rows = []
+    for b in report["backends"]:
+        provider = f"{b['provider']} {b['provider_version']}".strip()
+        rows.append(
+            [
+                str(b["position"]),
+                b["name"],
+                "yes" if b["available"] else "no",
+                str(b["device_count"]),
+                provider,
+            ]
+        )
+    out += _md_table(rows, ["#", "backend", "available", "devices", "provider"], width)
+    out.append("")
+    for b in report["backends"]:
+        text = f"{b['name']}: {b['reason']}"
+        if b["replaces"]:
+            text += f"; replaces {b['replaces']}"
+        if b["visible_devices_value"] is not None:
+            text += f"; {b['visible_devices_var']}={b['visible_devices_value']!r}"
+            if b["visible_devices_error"]:
+                text += f" (invalid: {b['visible_devices_error']})"
+        if b["versions"]:
+            text += f"; runtime: {_versions_text(b['versions'])}"
+        out += _bullet(text, width)
+    devices = [d for b in report["backends"] for d in b["device_info"]]
+    if devices:
+        out += ["", "**Devices**", ""]
+        device_rows = [[d["device"], d["name"] or "-", _size(d["total"]), _size(d["free"])] for d in devices]
+        out += _md_table(device_rows, ["device", "name", "total", "free"], width)
+    if report["integrations"]:
+        out += ["", "**Integrations**", ""]
+        out += _bullet(f"scope: {report['integrations_scope']}", width)
+        for indent, line in _integration_lines(report):
+            out += _bullet(line, width, indent)
+    for title, items in (
+        ("Skipped plugins", [f"{i['plugin']} ({i['distribution'] or 'unknown distribution'}): {i['why']}" for i in report["skipped"]]),
+        ("Plugin failures", [f"{f['plugin']} ({f['distribution']} {f['version']}): {f['stage']}: {f['error']}" for f in report["failures"]]),
+        ("Warnings", _shown_warnings(report)),
+    ):  # fmt: skip
+        if items:
+            out += ["", f"**{title}**", ""]
+            for item in items:
+                out += _bullet(item, width)
+    return "\n".join(out)

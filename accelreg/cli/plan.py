@@ -18,13 +18,15 @@ import json
 import sys
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import DeviceError, DeviceMapError, UsageError
 from ..meta import TASKS, build_meta_model
+from ..meta.build import HF_LIBRARIES
 from ..planner import STRATEGIES, plan
+from ..planner.budgets import missing_devices
 from ..planner.report import explain, rows
 from ..sizes import format_size
 from ._format import table
@@ -32,8 +34,6 @@ from ._format import table
 __all__ = ["add_plan_parser", "cmd_plan", "parse_max_memory"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-#: Libraries that building a model from its config needs (the ``hf`` extra).
-_HF_LIBRARIES = ("transformers", "accelerate", "huggingface_hub", "tokenizers", "safetensors")
 
 
 def parse_max_memory(text: str) -> dict[Any, str]:
@@ -121,6 +121,12 @@ def add_plan_parser(subparsers: Any) -> None:
     p.add_argument(
         "--no-split", metavar="CLASS[,CLASS]", help="module classes never split (default: the model's)"
     )
+    p.add_argument(
+        "--patch-free",
+        action="store_true",
+        help="plan as accelreg.device_map_for does, for stock from_pretrained without install(): every "
+        "accelerator keeps the offload headroom (stock accelerate picks the main device by hash order)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", metavar="FILE", help="draw per-device memory bars to FILE.png or FILE.svg")
     p.add_argument(
@@ -154,6 +160,7 @@ class _Planned:
     result: Any
     build_s: float
     plan_s: float
+    missing: dict[str, str] = field(default_factory=dict)
     plotted: str | None = None
     plot_error: str | None = None
     explained: list[str] | None = None
@@ -199,8 +206,10 @@ def _compute(args: argparse.Namespace) -> _Planned:
             dtype=args.dtype or ("float16" if args.quantization else None),
             quantization=args.quantization,
             search_limit=args.search_limit,
+            any_main=args.patch_free,
         )
-        return _Planned(model, built, result, build_s, time.perf_counter() - started)
+        plan_s = time.perf_counter() - started
+        return _Planned(model, built, result, build_s, plan_s, missing_devices(result.device_map.values()))
     except UsageError as exc:
         raise _Refused(EXIT_USAGE, str(exc)) from exc
     except DeviceMapError as exc:
@@ -215,12 +224,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
     try:
         return build_meta_model(args.model, task=args.task, model_class=args.model_class)
     except ModuleNotFoundError as exc:
-        if exc.name not in _HF_LIBRARIES:
+        if (exc.name or "").split(".", 1)[0] not in HF_LIBRARIES:
             raise
-        raise _Refused(
-            EXIT_FAILED,
-            f"building {args.model!r} needs {exc.name}, which is not installed (pip install 'accelreg[hf]')",
-        ) from exc
+        raise _Refused(EXIT_FAILED, str(exc)) from exc  # it names pip install 'accelreg[hf]
 
 
 def _draw(args: argparse.Namespace, planned: _Planned) -> None:
@@ -246,6 +252,7 @@ def _print_json(args: argparse.Namespace, planned: _Planned) -> None:
         build_seconds=round(planned.build_s, 4),
         plan_seconds=round(planned.plan_s, 4),
         plot=planned.plotted,
+        missing_devices=planned.missing,
     )
     if planned.plot_error:
         data["plot_error"] = planned.plot_error
@@ -268,6 +275,8 @@ def _print_text(args: argparse.Namespace, planned: _Planned) -> None:
         print(headroom)
     for note in result.notes:
         print(f"note: {note}")
+    for line in _missing_lines(planned.missing):
+        print(line)
     if planned.explained is not None:
         print()
         print("why:")
@@ -289,7 +298,10 @@ def _residency_line(result: Any) -> str:
         f"{format_size(result.resident)} of {format_size(result.total)} ({100 * result.resident_share:.1f} %)"
     )
     line = f"on accelerators: {share}"
-    if result.main_device is not None:
+    if result.main_device is not None and result.any_main:
+        used = ", ".join(u.place for u in result.places if u.headroom and u.place not in ("cpu", "disk"))
+        line += f"; each of {used} keeps the headroom to run the offloaded layers (stock dispatch picks one)"
+    elif result.main_device is not None:
         line += f"; main device {result.main_device} runs the offloaded layers"
     if result.optimal is not None:
         line += "; no map keeps more" if result.optimal else "; the search stopped at its limit"
@@ -300,10 +312,23 @@ def _headroom_line(result: Any) -> str:
     reserved = {usage.place for usage in result.places if usage.headroom}
     why = []
     if reserved - {"cpu"}:
-        why.append("on the main device to run the largest offloaded layer")
+        where = "on each accelerator used" if result.any_main else "on the main device"
+        why.append(f"{where} to run the largest offloaded layer")
     if "cpu" in reserved:
         why.append("on the cpu to stage the largest disk-offloaded layer")
     return f"headroom: space reserved (not free) {'; '.join(why)}" if why else ""
+
+
+def _missing_lines(missing: dict[str, str]) -> list[str]:
+    """One note per reason for the map's devices this process does not have."""
+    by_reason: dict[str, list[str]] = {}
+    for place, why in missing.items():
+        by_reason.setdefault(why, []).append(place)
+    return [
+        f"note: this process has no {', '.join(places)} ({why}): the map is for a machine that has "
+        f"{'them' if len(places) > 1 else 'it'}"
+        for why, places in by_reason.items()
+    ]
 
 
 def _plot_failed(error: str | None) -> int:

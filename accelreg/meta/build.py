@@ -18,7 +18,10 @@ from typing import Any
 
 from ..errors import MetaModelError
 
-__all__ = ["DEFAULT_TASKS", "TASKS", "build_meta_model", "tasks_for"]
+__all__ = ["DEFAULT_TASKS", "HF_LIBRARIES", "TASKS", "build_meta_model", "tasks_for"]
+
+#: What building a model from its config imports: the ``hf`` extra (``pip install 'accelreg[hf]'``).
+HF_LIBRARIES = ("transformers", "accelerate", "huggingface_hub", "tokenizers", "safetensors")
 
 #: The heads a model can be built with: task -> (transformers Auto class, the mapping of model
 #: types to model class names in ``transformers.models.auto.modeling_auto`` that it reads).
@@ -264,7 +267,28 @@ def build_meta_model(spec: Any, *, task: str | None = None, model_class: Any = N
 
     Without either, ``AutoModelForCausalLM``, else ``AutoModelForSeq2SeqLM``, else ``AutoModel``.
     Raises :class:`MetaModelError` (a ``ValueError``, one line) for what cannot be built,
-    ``ImportError`` when the build needs a module that is not installed."""
+    ``ImportError`` when the build needs a module that is not installed (for transformers and
+    the other libraries of the ``hf`` extra, a ``ModuleNotFoundError`` that says to install
+    ``accelreg[hf]``)."""
+    try:
+        return _build_meta_model(spec, task, model_class)
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".", 1)[0]
+        if top not in HF_LIBRARIES:
+            raise
+        raise ModuleNotFoundError(
+            f"building {_shown(spec)} needs {top}, which is not installed (pip install 'accelreg[hf]')",
+            name=exc.name,
+        ) from exc
+
+
+def _shown(spec: Any) -> str:
+    if isinstance(spec, (str, os.PathLike)):
+        return repr(os.fspath(spec))
+    return type(spec).__name__
+
+
+def _build_meta_model(spec: Any, task: str | None, model_class: Any) -> tuple[Any, str]:
     import transformers
 
     if task is not None and model_class is not None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .. import _warn
 from ..integrations import raise_recorded
 from ..planner import no_split_classes, plan
+from ..planner.budgets import missing_devices
 from .build import build_meta_model
 
 __all__ = ["device_map_for"]
@@ -45,6 +47,17 @@ def device_map_for(
         ``{module name: "npu:0" | "cpu" | "disk"}``: tied parameter groups on one device, every
         value a device of the registry — pass it to ``from_pretrained(device_map=...)`` or
         ``accelerate.dispatch_model`` on any transformers release, without ``install()``.
+        When something is offloaded, *every* accelerator the map uses keeps the headroom to run
+        the largest offloaded layer: stock accelerate (1.15+) runs offloaded layers on a
+        hash-ordered pick among them, and ``from_pretrained`` cannot be told which. That can
+        keep fewer bytes on the accelerators than :func:`accelreg.plan_device_map` (whose map
+        is for ``install()``, or for ``dispatch_model(..., main_device=...)``); see
+        docs/planner.md.
+
+    Warns (``RuntimeWarning``) when the map places weights on devices this process does not
+    have (planning for another machine is allowed; loading the map here would fail), naming
+    why each is unavailable. Raises ``ModuleNotFoundError`` naming the ``accelreg[hf]`` extra
+    when building ``model`` needs transformers and it is not installed.
     """
     raise_recorded()
     if not hasattr(model, "named_parameters"):
@@ -60,5 +73,17 @@ def device_map_for(
         strategy=strategy,
         dtype=dtype,
         quantization=quantization,
+        any_main=True,
     )
-    return dict(result.device_map)
+    device_map = dict(result.device_map)
+    missing = missing_devices(device_map.values())
+    if missing:
+        by_reason: dict[str, list[str]] = {}
+        for place, why in missing.items():
+            by_reason.setdefault(why, []).append(place)
+        lines = "; ".join(f"{', '.join(places)}: {why}" for why, places in by_reason.items())
+        _warn.warn_once(
+            f"device_map_for placed weights on {len(missing)} device(s) this process does not have ({lines}); "
+            "the map is for a machine that has them (pass max_memory for this one, or load it there)"
+        )
+    return device_map

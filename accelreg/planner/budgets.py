@@ -26,7 +26,15 @@ from ..errors import DeviceMapError
 from ..resolution import current_in_use, qualify
 from ..sizes import parse_size
 
-__all__ = ["RESERVE", "Budgets", "budget_key", "device_key", "parse_budgets", "registry_budgets"]
+__all__ = [
+    "RESERVE",
+    "Budgets",
+    "budget_key",
+    "device_key",
+    "missing_devices",
+    "parse_budgets",
+    "registry_budgets",
+]
 
 #: Fraction of each device's free memory (and of the host's available memory) left unplanned
 #: when budgets come from the registry: room for activations, allocator fragmentation and the
@@ -249,3 +257,28 @@ def registry_budgets() -> Budgets:
                 )
             accelerators.append((device, int(info.free * (1 - RESERVE))))
     return Budgets(tuple(accelerators), cpu, None, "registry")
+
+
+def missing_devices(places: Any) -> dict[str, str]:
+    """``{place: why this process cannot use it}`` for each accelerator among ``places`` that
+    does not exist here (``"cpu"`` and ``"disk"`` always do): a backend that is not registered
+    or not available (with its own reason), or an index past its device count. A map planned
+    for another machine is fine to print; this says why it cannot be loaded in this one."""
+
+    snap = registry.get()
+    out: dict[str, str] = {}
+    for place in dict.fromkeys(places):
+        if not isinstance(place, str) or place in ("cpu", "disk") or place in out:
+            continue
+        name, _, index = place.partition(":")
+        backend = _registered(name)
+        if backend is None:
+            out[place] = (
+                f"no backend called {name!r} is registered here (registered: {', '.join(snap.by_name)})"
+            )
+        elif not backend.available:
+            out[place] = f"{backend.name} is not available here: {backend.probe().availability.reason}"
+        elif index and backend.spec.indexed and int(index) >= backend.count:
+            devices = ", ".join(backend.info().devices())
+            out[place] = f"{backend.name} has {backend.count} device(s) here ({devices})"
+    return out

@@ -70,13 +70,29 @@ def main_device(device_map: Mapping[Any, Any]) -> str | None:
     return None
 
 
+def _accelerators(device_map: Mapping[Any, Any]) -> list[str]:
+    """Every accelerator among the map's values, in map order (stock dispatch picks among them)."""
+    out: dict[str, None] = {}
+    for value in device_map.values():
+        try:
+            place = place_of(value)
+        except (ValueError, TypeError):
+            continue
+        if place not in ("cpu", "disk"):
+            out[place] = None
+    return list(out)
+
+
 def violations(
     layout: Layout,
     device_map: Mapping[Any, Any],
     budgets: Budgets | None,
     ties: list[list[str]],
+    *,
+    any_main: bool = False,
 ) -> list[str]:
-    """Every rule ``device_map`` breaks, one readable line each (empty when it is valid)."""
+    """Every rule ``device_map`` breaks, one readable line each (empty when it is valid); with
+    ``any_main`` every accelerator the map uses keeps the offload headroom."""
     if not isinstance(device_map, Mapping):
         return [f"a device map is a mapping of module names to places, not {type(device_map).__name__}"]
     places, coverage, problems, multiple = expand(layout, device_map)
@@ -149,7 +165,7 @@ def violations(
             )
 
     if budgets is not None:
-        out.extend(_budget_violations(layout, device_map, places, budgets))
+        out.extend(_budget_violations(layout, device_map, places, budgets, any_main=any_main))
     return out
 
 
@@ -169,13 +185,18 @@ def offloaded_layers(layout: Layout, places: list[str | None]) -> tuple[tuple[in
 
 
 def headroom(
-    layout: Layout, device_map: Mapping[Any, Any], places: list[str | None]
+    layout: Layout, device_map: Mapping[Any, Any], places: list[str | None], *, any_main: bool = False
 ) -> dict[str, tuple[int, str]]:
-    """Headroom each place must keep: ``{place: (bytes, why)}``."""
+    """Headroom each place must keep: ``{place: (bytes, why)}``; with ``any_main`` on every
+    accelerator the map uses, else on the main device (the map's first accelerator)."""
     (off, off_name), (disk, disk_name) = offloaded_layers(layout, places)
     out: dict[str, tuple[int, str]] = {}
     main = main_device(device_map)
-    if off and main is not None:
+    if off and any_main:
+        why = f"to run the largest offloaded layer, {off_name!r}, should stock dispatch pick this device"
+        for place in _accelerators(device_map):
+            out[place] = (off, why)
+    elif off and main is not None:
         out[main] = (off, f"to run the largest offloaded layer, {off_name!r}, on the main device")
     if disk:
         out["cpu"] = (disk, f"to stage the largest disk-offloaded layer, {disk_name!r}")
@@ -183,12 +204,17 @@ def headroom(
 
 
 def _budget_violations(
-    layout: Layout, device_map: Mapping[Any, Any], places: list[str | None], budgets: Budgets
+    layout: Layout,
+    device_map: Mapping[Any, Any],
+    places: list[str | None],
+    budgets: Budgets,
+    *,
+    any_main: bool = False,
 ) -> list[str]:
     out = []
     caps = budgets.as_dict()
     used = loads(layout, places)
-    room = headroom(layout, device_map, places)
+    room = headroom(layout, device_map, places, any_main=any_main)
     for place in sorted(set(used) | set(room), key=lambda p: (p in ("cpu", "disk"), p == "disk", p)):
         amount = used.get(place, 0)
         extra, why = room.get(place, (0, ""))

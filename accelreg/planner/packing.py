@@ -27,6 +27,10 @@ The rules (see docs/planner.md):
   device; it replaces the contiguous plan only when strictly better, and :func:`arrange` lays
   its units out contiguously when that fits. If nothing is found, first-fit packings are tried
   before :class:`NoFit` is raised (with ``gave_up`` set when the search stopped at its limit).
+* :attr:`Problem.any_main`: every accelerator that holds something keeps the headroom, so the
+  placement is valid whichever of them runs the offloaded layers (stock accelerate 1.15+
+  picks a hash-ordered one); the search then finds the most resident placement under that rule
+  (using fewer accelerators is one way to pay less for it).
 """
 
 from __future__ import annotations
@@ -56,10 +60,24 @@ class Problem:
     cpu: int | None
     disk: int | None
     strategy: str = "balanced"
+    #: Every accelerator holding a unit keeps the offload headroom (not only the main device).
+    any_main: bool = False
 
     @property
     def k(self) -> int:
         return len(self.caps)
+
+    def reserved(self, caps: Sequence[int], reserve: int, main: int | None) -> list[int]:
+        """``caps`` less the offload headroom ``reserve``: on ``main`` only, or (with
+        :attr:`any_main`) on every accelerator, one too small for it getting ``0``."""
+        out = list(caps)
+        if not reserve:
+            return out
+        if self.any_main:
+            return [c - reserve if c > reserve else 0 for c in out]
+        if main is not None:
+            out[main] -= reserve
+        return out
 
 
 @dataclass
@@ -97,7 +115,8 @@ class NoFit(Exception):
 # -- validity -----------------------------------------------------------------------------
 def validate(p: Problem, targets: Sequence[int], main: int | None = None) -> list[str]:
     """Every broken budget or placement rule of ``targets``, one line each. ``main`` is the main
-    device (it must hold something); by default the first accelerator used in forward order."""
+    device (it must hold something); by default the first accelerator used in forward order.
+    With :attr:`Problem.any_main` every accelerator holding a unit keeps the headroom."""
     k = p.k
     cpu_t, disk_t = k, k + 1
     loads = [0] * (k + 2)
@@ -123,8 +142,9 @@ def validate(p: Problem, targets: Sequence[int], main: int | None = None) -> lis
                 problems.append(f"unit {u} may not live on cpu")
             elif p.cpu is None:
                 problems.append(f"unit {u} on cpu, which has no budget")
+    used = set(targets) if p.any_main else {main}
     for d in range(k):
-        need = loads[d] + (off_layer if d == main else 0)
+        need = loads[d] + (off_layer if d in used else 0)
         if need > p.caps[d]:
             problems.append(f"accelerator {d}: {need} > {p.caps[d]}")
     if p.cpu is not None and loads[cpu_t] + disk_layer > p.cpu:
@@ -208,6 +228,17 @@ class _Runs:
                 return True
             c = caps[j] if cap is None else min(caps[j], cap)
             start = self.end(start, c)
+        return start >= n
+
+    def feasible_budgeted(self, start: int, d: int) -> bool:
+        """:meth:`feasible` over the devices ``d..k-1`` that have a budget: what
+        :meth:`balanced` spreads over (a device without one takes not even weightless units)."""
+        n = self.n
+        for j in range(d, self.k):
+            if start >= n:
+                return True
+            if self.caps[j] > 0:
+                start = self.end(start, self.caps[j])
         return start >= n
 
     def load(self, a: int, b: int) -> int:
@@ -294,21 +325,21 @@ class _Runs:
         first = next((d for d in range(self.k) if self.caps[d] > 0), None)
         if first is None:
             return [0] * self.k
-        if self.feasible(0, first + 1):
+        if self.feasible_budgeted(0, first + 1):
             p = 0
         else:
             e_max = self.end(0, self.caps[first])
             a, b = 0, e_max
             while a < b:
                 mid = (a + b) // 2
-                if self.feasible(mid, first + 1):
+                if self.feasible_budgeted(mid, first + 1):
                     b = mid
                 else:
                     a = mid + 1
             p = a
             if not self.pref[p]:
                 q = self.next[p]
-                if q <= e_max and self.feasible(q, first + 1):
+                if q <= e_max and self.feasible_budgeted(q, first + 1):
                     p = q
                 elif self.strict:
                     p = e_max
@@ -340,11 +371,10 @@ def solve(p: Problem, nodes: int | None = None) -> Solution:
     for _ in range(_MAX_ROUNDS):
         caps = [0 if d in excluded else c for d, c in enumerate(p.caps)]
         main = next((d for d in range(k) if caps[d] > 0), None)
-        if main is not None and reserve:
-            if caps[main] <= reserve:
-                excluded.add(main)
-                continue
-            caps[main] -= reserve
+        if main is not None and reserve and not p.any_main and caps[main] <= reserve:
+            excluded.add(main)
+            continue
+        caps = p.reserved(caps, reserve, main)
         try:
             targets = _contiguous(p, caps, reserve_cpu, forced, keep, segment)
         except NoFit as exc:
@@ -359,7 +389,7 @@ def solve(p: Problem, nodes: int | None = None) -> Solution:
                 continue
             break
         used_main, off, disk = _measure(p, targets)
-        if reserve and used_main is not None and used_main != main:
+        if reserve and used_main is not None and used_main != main and not p.any_main:
             excluded.update(d for d in range(k) if d < used_main)
             continue
         if (used_main is None or off <= reserve) and disk <= reserve_cpu:
@@ -395,7 +425,16 @@ def solve(p: Problem, nodes: int | None = None) -> Solution:
     # Something must be offloaded (or no contiguous plan exists): keep the most on accelerators.
     at_least = None if contiguous is None else _resident(p, contiguous.targets)
     found = residency.search(
-        p.sizes, p.layers, p.cpu_ok, p.disk_ok, p.caps, p.cpu, p.disk, at_least=at_least, nodes=nodes
+        p.sizes,
+        p.layers,
+        p.cpu_ok,
+        p.disk_ok,
+        p.caps,
+        p.cpu,
+        p.disk,
+        at_least=at_least,
+        nodes=nodes,
+        any_main=p.any_main,
     )
     if found.counts is not None:
         sol = arrange(p, found)
@@ -453,15 +492,15 @@ def arrange(p: Problem, found: residency.Found) -> Solution:
     H = found.headroom
     optimal = not found.cut
     if resident:
-        candidates = list(range(k)) if H else [None]
+        candidates: list[int | None] = list(range(k)) if H and not p.any_main else [None]
         for main in candidates:
-            caps = list(p.caps)
-            if main is not None:
-                caps[main] -= H
-                if caps[main] <= 0:
-                    continue
+            if main is not None and p.caps[main] <= H:
+                continue
+            caps = p.reserved(p.caps, H, main)
             placed = _segment(p, resident, caps, targets)
             if placed == len(resident) and not validate(p, targets, main):
+                if main is None and H:
+                    main = _measure(p, targets)[0]
                 return Solution(targets, "contiguous", main, H, found.staging, optimal=optimal)
     for members, row in zip(by_class, found.counts, strict=True):
         i = 0
@@ -632,14 +671,16 @@ def _with_headroom(p: Problem, packer) -> Solution | None:
     """Run ``packer`` with the offload headroom reserved on each candidate main device in turn
     (or on none, for a cpu/disk-only plan), growing the reserves until the placement is valid."""
     k = p.k
-    for main in [*(d for d in range(k) if p.caps[d] > 0), None]:
+    mains = [*(d for d in range(k) if p.caps[d] > 0)]
+    for main in [*(mains[:1] if p.any_main else mains), None]:
         reserve = reserve_cpu = 0
         for _ in range(_MAX_ROUNDS):
-            caps = list(p.caps) if main is not None else [0] * k
-            if main is not None and reserve:
-                if caps[main] <= reserve:
-                    break
-                caps[main] -= reserve
+            if main is None:
+                caps = [0] * k
+            elif not p.any_main and reserve and p.caps[main] <= reserve:
+                break
+            else:
+                caps = p.reserved(p.caps, reserve, main)
             cpu = None if p.cpu is None else p.cpu - reserve_cpu
             if cpu is not None and cpu < 0:
                 break

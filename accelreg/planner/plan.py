@@ -77,6 +77,9 @@ class Plan:
     optimal: bool | None = None
     #: The packing problem the map solves (units in forward order), for explanations.
     problem: packing.Problem | None = field(default=None, repr=False)
+    #: ``True``: every accelerator the map uses keeps the offload headroom, so the map holds
+    #: whichever of them runs the offloaded layers (stock dispatch; :func:`accelreg.device_map_for`).
+    any_main: bool = False
 
     @property
     def resident(self) -> int:
@@ -97,6 +100,7 @@ class Plan:
             "resident": self.resident,
             "resident_share": self.resident_share,
             "main_device": self.main_device,
+            "any_main": self.any_main,
             "optimal": self.optimal,
             "strategy": self.strategy,
             "method": self.method,
@@ -201,8 +205,15 @@ def plan(
     tied_parameters: Sequence[Sequence[str]] | None = None,
     quantization: str | None = None,
     search_limit: int | None = None,
+    any_main: bool = False,
 ) -> Plan:
-    """Plan a device map and report what goes where (see :func:`plan_device_map`)."""
+    """Plan a device map and report what goes where (see :func:`plan_device_map`).
+
+    With ``any_main``, once something is offloaded every accelerator the map uses keeps the
+    headroom for the largest offloaded layer, not only the main device: the map is then valid
+    whichever of them runs the offloaded layers, as stock accelerate (1.15+) picks one by hash
+    order when ``from_pretrained(device_map=...)`` dispatches without accelreg's patches. It
+    can keep fewer bytes on the accelerators (docs/planner.md says how many)."""
     if search_limit is not None and (
         isinstance(search_limit, bool) or not isinstance(search_limit, int) or search_limit < 1
     ):
@@ -228,6 +239,7 @@ def plan(
         cpu=budgets.cpu,
         disk=budgets.disk,
         strategy=strategy,
+        any_main=bool(any_main),
     )
     try:
         solution = packing.solve(problem, search_limit)
@@ -238,9 +250,9 @@ def plan(
     unit_place = [names[t] for t in solution.targets]
     atom_unit, tensor_atom = layout.atom_unit, layout.tensor_atom
     places = [unit_place[atom_unit[tensor_atom[t]]] for t in range(len(layout.names))]
-    main = None if solution.main is None else names[solution.main]
+    main = None if solution.main is None or any_main else names[solution.main]
     device_map = emit(layout, places, main=main)
-    usage = _usage(layout, device_map, places, budgets)
+    usage = _usage(layout, device_map, places, budgets, any_main=bool(any_main))
     leftover = packing.validate(problem, solution.targets, solution.main)
     if leftover:  # pragma: no cover - the solver only returns valid placements
         raise AssertionError(f"planner produced an invalid placement: {leftover}")
@@ -263,14 +275,15 @@ def plan(
         main_device=check.main_device(device_map) if any(t >= k for t in solution.targets) else None,
         optimal=solution.optimal,
         problem=problem,
+        any_main=bool(any_main),
     )
 
 
 def _usage(
-    layout: Layout, device_map: dict[str, str], places: list[str | None], budgets: Budgets
+    layout: Layout, device_map: dict[str, str], places: list[str | None], budgets: Budgets, *, any_main: bool
 ) -> list[PlaceUsage]:
     used = check.loads(layout, places)
-    room = check.headroom(layout, device_map, places)
+    room = check.headroom(layout, device_map, places, any_main=any_main)
     caps = budgets.as_dict()
     keys: dict[str, list[str]] = {}
     for key, place in device_map.items():
@@ -425,13 +438,17 @@ def check_device_map(
     dtype: Any = None,
     tied_parameters: Sequence[Sequence[str]] | None = None,
     quantization: str | None = None,
+    any_main: bool = False,
 ) -> None:
     """Raise :class:`~accelreg.DeviceMapError` naming every rule ``device_map`` breaks.
 
     Checks coverage (each parameter and persistent buffer exactly once), unknown keys, places,
     tied groups, no-split modules, modules' own tensors, quantized placements and, when
-    ``max_memory`` is given, budgets with offload headroom. The keyword-only arguments mean what
-    they mean for :func:`plan_device_map`, so a plan can be checked under the same assumptions.
+    ``max_memory`` is given, budgets with offload headroom: on the main device (the map's first
+    accelerator), or with ``any_main`` on every accelerator the map uses (what a map needs for
+    stock dispatch, which may run the offloaded layers on any of them). The other keyword-only
+    arguments mean what they mean for :func:`plan_device_map`, so a plan can be checked under
+    the same assumptions.
     """
     budgets = parse_budgets(max_memory) if max_memory is not None else None
     backend = _map_backend(device_map, budgets)
@@ -443,7 +460,7 @@ def check_device_map(
         quantization=quantization,
         backend=backend,
     )
-    found = check.violations(layout, device_map, budgets, ties)
+    found = check.violations(layout, device_map, budgets, ties, any_main=any_main)
     if found:
         raise DeviceMapError(
             f"device map breaks {len(found)} rule(s): {found[0]}" + (" ..." if len(found) > 1 else ""), found

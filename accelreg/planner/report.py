@@ -195,6 +195,7 @@ def _kept(problem: packing.Problem, units: list[int], resident: int, search_limi
         problem.cpu,
         problem.disk,
         nodes=residency.SEARCH_NODES if search_limit is None else search_limit,
+        any_main=problem.any_main,
     )
     what = "it" if len(units) == 1 and _alone(problem, units[0]) else f"{len(units)} of these"
     if found.counts is None:

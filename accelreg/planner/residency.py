@@ -11,6 +11,8 @@ Two choices couple the places, and the search enumerates them:
 * ``H``, the headroom: the largest layer allowed off the accelerators (``0``: nothing offloaded).
   Units with a larger layer must stay on an accelerator; the main device keeps ``H`` free.
 * the main device (devices with equal budgets are interchangeable; one of them is tried).
+  With ``any_main`` there is no such choice: every accelerator that holds something keeps ``H``
+  (one too small for it holds nothing), so any of them can run the offloaded layers.
 
 Each choice leaves a multiple-knapsack problem over *classes* of interchangeable units (same
 size, largest layer and offload rights; a 126-block model has a handful). Depth-first branch and
@@ -67,7 +69,7 @@ class _Stop(Exception):
 class _Search:
     """The classes of one problem, its choices, and the search under each choice."""
 
-    def __init__(self, sizes, layers, cpu_ok, disk_ok, caps, cpu, disk) -> None:
+    def __init__(self, sizes, layers, cpu_ok, disk_ok, caps, cpu, disk, any_main=False) -> None:
         groups: dict[tuple[int, int, bool, bool], list[int]] = {}
         for u in range(len(sizes)):
             groups.setdefault((sizes[u], layers[u], bool(cpu_ok[u]), bool(disk_ok[u])), []).append(u)
@@ -81,6 +83,7 @@ class _Search:
         self.caps = list(caps)
         self.cpu, self.disk = cpu, disk
         self.k = len(self.caps)
+        self.any_main = any_main
         self.C = len(keys)
         self.vol = [s * m for s, m in zip(self.size, self.count, strict=True)]
         self.total = sum(self.vol)
@@ -98,7 +101,7 @@ class _Search:
         out = []
         for H in [0, *(h for h in off_layers if h > 0)]:
             mains: list[int | None] = (
-                [None] if H == 0 else [d for c, d in distinct.items() if c - H >= smallest]
+                [None] if H == 0 or self.any_main else [d for c, d in distinct.items() if c - H >= smallest]
             )
             for main in mains:
                 bound = self._bound(H, main)
@@ -110,9 +113,12 @@ class _Search:
         return out
 
     def rooms(self, H: int, main: int | None) -> list[int]:
-        """Room on each place: accelerators (the main device less ``H``), cpu, disk (-1: none)."""
+        """Room on each place: accelerators (the main device less ``H``; with ``any_main`` each
+        one less ``H``, negative when it cannot keep ``H``), cpu, disk (-1: none)."""
         rooms = list(self.caps) if H >= 0 else [0] * self.k
-        if main is not None:
+        if self.any_main and H > 0:
+            rooms = [r - H for r in rooms]
+        elif main is not None:
             rooms[main] -= H
         return [*rooms, -1 if self.cpu is None else self.cpu, -1 if self.disk is None else self.disk]
 
@@ -131,7 +137,9 @@ class _Search:
         k = self.k
         rooms = self.rooms(H, main)
         acc = rooms[:k]
-        if any(r < 0 for r in acc):
+        if self.any_main:  # a device that cannot keep the headroom holds nothing
+            acc = [max(r, 0) for r in acc]
+        elif any(r < 0 for r in acc):
             return None
         biggest = max(acc, default=0)
         cpu_room, disk_room = max(rooms[k], 0), max(rooms[k + 1], 0)
@@ -186,6 +194,7 @@ class _Descent:
         "DISK",
         "H",
         "allowed",
+        "any_main",
         "best",
         "count",
         "disk",
@@ -210,6 +219,7 @@ class _Descent:
         k, C = search.k, search.C
         self.k, self.C, self.CPU, self.DISK = k, C, k, k + 1
         self.H, self.main, self.best, self.limit = H, main, best, limit
+        self.any_main = search.any_main
         self.rooms = search.rooms(H, main)
         self.size, self.count, self.layer = search.size, search.count, search.layer
         self.members = search.members
@@ -235,7 +245,9 @@ class _Descent:
         offloaded = any(x[c][CPU] or x[c][DISK] for c in range(C))
         used = [d for d in range(self.k) if any(x[c][d] for c in range(C))]
         chosen = None
-        if offloaded and used:
+        if offloaded and used and self.any_main:
+            chosen = used[0]  # every used device keeps the headroom
+        elif offloaded and used:
             if main is not None and main in used:
                 chosen = main
             else:  # another used device with the headroom left over
@@ -284,6 +296,7 @@ class _Descent:
         on_cpu, on_disk = self.allowed[c]
         if s == 0:  # weightless: one place, the main device first
             spots = (([main] if main is not None else []) + list(range(k))) if H >= 0 else []
+            spots = [d for d in spots if rooms[d] >= 0]  # (any_main: not on one too small for H)
             spots += [t for t, ok in ((CPU, on_cpu), (DISK, on_disk)) if ok]
             return spots[:1], [m] * len(spots[:1])
         order = sorted((d for d in range(k) if rooms[d] >= s), key=rooms.__getitem__)
@@ -485,14 +498,16 @@ def search(
     *,
     at_least: tuple[int, int] | None = None,
     nodes: int = SEARCH_NODES,
+    any_main: bool = False,
 ) -> Found:
     """The placement with the most accelerator-resident bytes (then the fewest on disk).
 
     ``at_least`` is ``(resident, disk)`` of a placement already in hand: only a strictly
-    better one is looked for. Returns a :class:`Found` whose ``counts`` is ``None`` when nothing
+    better one is looked for. With ``any_main`` every accelerator that holds something keeps
+    the offload headroom (stock dispatch may run the offloaded layers on any of them). Returns a :class:`Found` whose ``counts`` is ``None`` when nothing
     better (or nothing at all) was found; ``cut`` tells whether that is a proof.
     """
-    s = _Search(sizes, layers, cpu_ok, disk_ok, caps, cpu, disk)
+    s = _Search(sizes, layers, cpu_ok, disk_ok, caps, cpu, disk, any_main)
     best = Found()
     if at_least is not None:
         best.resident, best.disk = at_least

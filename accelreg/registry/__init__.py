@@ -31,12 +31,13 @@ from .containment import ProbeTimeout, call_with_timeout, check_not_inside_plugi
 from .loading import ENTRY_POINT_GROUP, SELF, Plugin
 from .probing import Backend, Probed, parse_visible
 from .records import RESERVED
-from .snapshot import LAUNCHER_VARS, LOCAL_RANK_VARS, Snapshot
+from .snapshot import LAUNCHER_VARS, LOCAL_RANK_VARS, LOCAL_SIZE_VARS, Snapshot
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "LAUNCHER_VARS",
     "LOCAL_RANK_VARS",
+    "LOCAL_SIZE_VARS",
     "RESERVED",
     "SELF",
     "Backend",

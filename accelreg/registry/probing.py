@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import operator
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import DeviceError
@@ -31,6 +32,8 @@ __all__ = ["Backend", "Probed", "parse_visible"]
 
 _MAX_COUNT = 1 << 16
 _UNSET: Any = object()
+#: Limits of a ``versions`` answer: entries, and characters of a key and of a value.
+_MAX_VERSIONS, _MAX_VERSION_KEY, _MAX_VERSION_VALUE = 16, 64, 200
 
 
 class Probed(NamedTuple):
@@ -92,6 +95,32 @@ def check_memory(value: Any) -> MemoryInfo | None:
         if free is not None and total is not None and 0 <= free <= total:
             return MemoryInfo(free=free, total=total)
     raise Nonsense(f"memory_info returned {safe_repr(value)}")
+
+
+def check_versions(value: Any) -> dict[str, str]:
+    """A plain ``{what: version}`` dict from what ``versions`` answered, or :class:`Nonsense`."""
+    if not isinstance(value, Mapping):
+        raise Nonsense(f"versions returned {safe_repr(value)}, not a mapping of str to str")
+    items = list(value.items())
+    if len(items) > _MAX_VERSIONS:
+        raise Nonsense(f"versions returned {len(items)} entries; at most {_MAX_VERSIONS}")
+    out: dict[str, str] = {}
+    for key, version in items:
+        if not isinstance(key, str) or not isinstance(version, str):
+            raise Nonsense(f"versions returned {safe_repr(key)}: {safe_repr(version)}, not str: str")
+        key, version = str.__str__(key).strip(), str.__str__(version).strip()
+        if not key or len(key) > _MAX_VERSION_KEY or len(version) > _MAX_VERSION_VALUE:
+            raise Nonsense(f"versions returned {safe_repr(key)}: {safe_repr(version)}: too long or empty")
+        if version:
+            out[key] = version
+    return out
+
+
+def check_name(value: Any) -> str:
+    """A device name from what ``device_name`` answered (one line, at most 200 characters)."""
+    if not isinstance(value, str):
+        raise Nonsense(f"device_name returned {safe_repr(value)}, not a str")
+    return " ".join(str.__str__(value).split())[:200]
 
 
 def parse_visible(spec: BackendSpec, value: str) -> tuple[tuple[str, ...] | None, str | None]:
@@ -290,6 +319,28 @@ class Backend:
             return None
         try:
             return self.call("memory_info", fn, index, check=check_memory)
+        except ProbeFailed:
+            return None
+
+    def versions(self) -> dict[str, str]:
+        """The runtime's versions as the plugin reports them (``{}`` without a ``versions``
+        probe, or when it fails: the failure is recorded); asked whether or not available."""
+        fn = getattr(self.spec, "versions", None)
+        if fn is None:
+            return {}
+        try:
+            return self.call("versions", fn, check=check_versions)
+        except ProbeFailed:
+            return {}
+
+    def device_name(self, index: int) -> str | None:
+        """The product name of device ``index``, or ``None`` (no ``device_name`` probe, the
+        backend unavailable, an index past the count, or the probe failed: recorded)."""
+        fn = getattr(self.spec, "device_name", None)
+        if fn is None or not self.available or not 0 <= index < max(self.count, 1):
+            return None
+        try:
+            return self.call("device_name", fn, index, check=check_name) or None
         except ProbeFailed:
             return None
 

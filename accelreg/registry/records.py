@@ -29,7 +29,15 @@ __all__ = ["RESERVED", "own_rule", "own_spec"]
 RESERVED = frozenset({"auto", "disk", "meta", "balanced", "balanced_low_0", "sequential"})
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,7}")
-_OPTIONAL_CALLABLES = ("current_index", "device", "memory_info", "parse_visible_devices", "presence")
+_OPTIONAL_CALLABLES = (
+    "current_index",
+    "device",
+    "memory_info",
+    "parse_visible_devices",
+    "presence",
+    "versions",
+    "device_name",
+)
 
 
 def own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
@@ -81,7 +89,7 @@ def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
         if not callable(values[field_name]):
             raise Nonsense(f"{field_name} of {name!r} is not callable")
     for field_name in _OPTIONAL_CALLABLES:
-        if values[field_name] is not None and not callable(values[field_name]):
+        if field_name in values and values[field_name] is not None and not callable(values[field_name]):
             raise Nonsense(f"{field_name} of {name!r} is not callable")
     if not isinstance(values["indexed"], bool):
         raise Nonsense(f"indexed of {name!r} must be True or False, got {safe_repr(values['indexed'])}")

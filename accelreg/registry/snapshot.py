@@ -26,7 +26,7 @@ from .loading import Plugin, call_hook, load
 from .probing import Backend
 from .records import own_rule, own_spec
 
-__all__ = ["LAUNCHER_VARS", "LOCAL_RANK_VARS", "Snapshot"]
+__all__ = ["LAUNCHER_VARS", "LOCAL_RANK_VARS", "LOCAL_SIZE_VARS", "Snapshot"]
 
 #: Variables launchers set to tell a process its rank on the node, in order of trust.
 LOCAL_RANK_VARS = (
@@ -35,9 +35,17 @@ LOCAL_RANK_VARS = (
     "MV2_COMM_WORLD_LOCAL_RANK",  # MVAPICH2
     "MPI_LOCALRANKID",  # Intel MPI / MPICH hydra
 )
+#: How many processes a launcher started on this node (each an upper bound of a local rank).
+LOCAL_SIZE_VARS = (
+    "LOCAL_WORLD_SIZE",  # torchrun, accelerate launch
+    "LOCAL_SIZE",  # the DeepSpeed launcher
+    "OMPI_COMM_WORLD_LOCAL_SIZE",  # Open MPI
+    "MV2_COMM_WORLD_LOCAL_SIZE",  # MVAPICH2
+    "MPI_LOCALNRANKS",  # Intel MPI / MPICH hydra
+)
 #: Any of these set means a launcher started this process as part of a job (``ACCELREG_RUN``:
 #: ``accelreg run``, for every process of its command).
-LAUNCHER_VARS = (*LOCAL_RANK_VARS, "RANK", "WORLD_SIZE", "ACCELREG_RUN")
+LAUNCHER_VARS = (*LOCAL_RANK_VARS, "RANK", "WORLD_SIZE", *LOCAL_SIZE_VARS, "ACCELREG_RUN")
 #: Failure stages after which an external plugin's backend is missing although it is installed.
 _LOAD_STAGES = ("import", "register", "accelreg_backends")
 
@@ -83,6 +91,13 @@ class Snapshot:
         self._rules_lock = threading.Lock()
         self._current: Backend | None = None
         self.local_rank = _local_rank(self.environ)
+        #: ``(variable, value)`` of every process-count variable a launcher set that bounds a
+        #: local rank (``LOCAL_WORLD_SIZE``, ..., ``WORLD_SIZE``), in that order.
+        self.rank_bounds = tuple(
+            (var, self.environ[var])
+            for var in (*LOCAL_SIZE_VARS, "WORLD_SIZE")
+            if (self.environ.get(var) or "").strip()
+        )
         #: ``(variable, value)`` of the launcher variable that is set, or ``None``.
         self.launcher = _first_set(self.environ, LAUNCHER_VARS)
         for problem in self.settings.errors:

@@ -27,7 +27,8 @@ class BackendConformance:
     Every check runs against the real runtime in the current process: availability with a
     reason, device count, resolve round trips for every index, a tensor allocated and read
     back on each device, memory info consistent with an allocation, visible-devices parsing,
-    and well-formed placement rules.
+    the runtime's versions and each device's name (what ``accelreg env`` shows), and
+    well-formed placement rules.
 
     Class attributes a vendor may set:
 
@@ -155,6 +156,22 @@ class BackendConformance:
         accelreg.configure(**self.settings)
         probed = registry.get().backend(self.backend).probe()
         assert (probed.visible, probed.visible_error) == (None, None)
+
+    def test_versions_and_device_names(self) -> None:
+        info = self._info()
+        b = registry.get().backend(self.backend)
+        if b.spec.versions is None and b.spec.device_name is None:
+            pytest.skip(
+                f"{self.backend} declares neither versions nor device_name (accelreg env shows neither)"
+            )
+        versions = b.versions()
+        names = [b.device_name(i) for i in range(info.device_count if info.indexed else 1)]
+        stages = {f"probe versions of {self.backend!r}", f"probe device_name of {self.backend!r}"}
+        failed = [str(f) for f in registry.get().failures if f.stage in stages]
+        assert not failed, failed
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items())
+        if b.spec.device_name is not None:
+            assert all(names), f"device_name answered no name for some device: {names}"
 
     def test_placement_rules_well_formed(self) -> None:
         rules = registry.get().rules(self.backend)

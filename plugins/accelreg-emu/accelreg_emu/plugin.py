@@ -8,6 +8,7 @@ or imported (not even torch), and the backend reports why it is unavailable.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 
@@ -76,6 +77,31 @@ def _hpu_device(index: int):
     return torch.device("hpu")
 
 
+def _device_name(index: int) -> str:
+    return f"accelreg-emu {_name().upper()} {index} (emulated on the host)"
+
+
+def _versions() -> dict[str, str]:
+    """The emulator's version, and the torch its extension is built against (no import of
+    torch: its metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import __version__
+
+    out = {"accelreg-emu": __version__}
+    try:
+        out["torch (extension ABI)"] = version("torch")
+    except PackageNotFoundError:  # pragma: no cover - the emulator needs torch to run at all
+        pass
+    return out
+
+
+def _optional(**fields: object) -> dict[str, object]:
+    """The fields this accelreg's BackendSpec has (an older accelreg lacks ``versions``)."""
+    known = {f.name for f in dataclasses.fields(BackendSpec)}
+    return {k: v for k, v in fields.items() if k in known}
+
+
 def _name() -> str:
     try:
         return read_config().name or "emu"
@@ -102,4 +128,5 @@ def accelreg_backends() -> Iterator[BackendSpec]:
         # Emulation asked for (ACCELREG_EMU_NAME set) makes the backend *present*: a refused
         # configuration then warns (raises under a launcher) instead of giving cpu silently.
         runtime_package="accelreg_emu" if os.environ.get("ACCELREG_EMU_NAME") else None,
+        **_optional(versions=_versions, device_name=_device_name),
     )
