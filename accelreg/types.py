@@ -102,6 +102,12 @@ class BackendSpec:
             though its probes fail (``"the NVIDIA kernel driver is loaded"``), else ``None``.
             Asked only when the backend is unavailable; a non-``None`` answer makes passing it
             over loud, like an installed ``runtime_package``.
+        ray_resource: The name this backend's devices carry as a Ray resource, when it is not
+            the backend name upper-cased: Ray's own name for a device family Ray already
+            schedules (the built-in cuda and xpu backends declare ``"GPU"``), or a vendor's
+            choice. accelreg's Ray integration offers the backend's devices to Ray under it
+            (docs/scaling.md). Letters, digits and ``_``; not one of Ray's own non-accelerator
+            resources (``CPU``, ``memory``, ``object_store_memory``).
     """
 
     name: str
@@ -119,11 +125,18 @@ class BackendSpec:
     runtime_package: str | None = None
     dist_backend: str | None = None
     presence: Callable[[], str | None] | None = None
+    ray_resource: str | None = None
 
     @property
     def torch_type(self) -> str:
         """The torch device type this backend's devices carry."""
         return self.device_type or self.name
+
+    @property
+    def ray_resource_name(self) -> str:
+        """The Ray resource this backend's devices are offered as: :attr:`ray_resource`, else
+        the backend name upper-cased (``"MLU"``)."""
+        return self.ray_resource or self.name.upper()
 
 
 @dataclass(frozen=True)

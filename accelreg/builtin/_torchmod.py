@@ -111,6 +111,7 @@ def torch_module_backend(
     indexed: bool = True,
     dist_backend: str | None = None,
     presence: Callable[[], str | None] | None = None,
+    ray_resource: str | None = None,
 ) -> BackendSpec:
     """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``."""
     attr = attr or name
@@ -131,4 +132,5 @@ def torch_module_backend(
         runtime_package=package,
         dist_backend=dist_backend,
         presence=presence,
+        ray_resource=ray_resource,
     )

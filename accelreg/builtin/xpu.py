@@ -30,5 +30,6 @@ def accelreg_backends():
         parse_visible=partial(parse_visible_devices, var=VAR, subdevices=True),
         not_compiled=_not_compiled,
         dist_backend="xccl",
+        ray_resource="GPU",  # Ray's own name (Ray's Intel GPU manager)
         description="Intel GPU (torch.xpu)",
     )

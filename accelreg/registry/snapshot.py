@@ -25,7 +25,7 @@ from .loading import Plugin, call_hook, load, norm
 from .probing import Backend
 from .records import own_rule, own_spec
 
-__all__ = ["LAUNCHER_VARS", "LOCAL_RANK_VARS", "Snapshot"]
+__all__ = ["DEVICE_ID_VAR", "LAUNCHER_VARS", "LOCAL_RANK_VARS", "Snapshot"]
 
 #: Variables launchers set to tell a process its rank on the node, in order of trust.
 LOCAL_RANK_VARS = (
@@ -34,9 +34,16 @@ LOCAL_RANK_VARS = (
     "MV2_COMM_WORLD_LOCAL_RANK",  # MVAPICH2
     "MPI_LOCALRANKID",  # Intel MPI / MPICH hydra
 )
+#: Set by a scheduler that gives a process devices of its own (accelreg's Ray integration, for
+#: each task and actor given devices): ``<backend>=<physical id>``, the device ``resolve()``
+#: picks — the entry of the backend's visible-devices mask, whichever position it has there.
+#: It takes precedence over a local rank (a Ray Train worker's ``LOCAL_RANK`` counts workers on
+#: the node, not the devices its own mask shows).
+DEVICE_ID_VAR = "ACCELREG_DEVICE_ID"
 #: Any of these set means a launcher started this process as part of a job (``ACCELREG_RUN``:
-#: ``accelreg run``, for every process of its command).
-LAUNCHER_VARS = (*LOCAL_RANK_VARS, "RANK", "WORLD_SIZE", "ACCELREG_RUN")
+#: ``accelreg run``, for every process of its command; ``ACCELREG_DEVICE_ID``: a scheduler gave
+#: it devices).
+LAUNCHER_VARS = (*LOCAL_RANK_VARS, "RANK", "WORLD_SIZE", "ACCELREG_RUN", DEVICE_ID_VAR)
 #: Failure stages after which an external plugin's backend is missing although it is installed.
 _LOAD_STAGES = ("import", "register", "accelreg_backends")
 
@@ -82,6 +89,8 @@ class Snapshot:
         self._rules_lock = threading.Lock()
         self._current: Backend | None = None
         self.local_rank = _local_rank(self.environ)
+        #: ``(variable, value)`` of ``ACCELREG_DEVICE_ID`` when it is set, or ``None``.
+        self.device_id = _first_set(self.environ, (DEVICE_ID_VAR,))
         #: ``(variable, value)`` of the launcher variable that is set, or ``None``.
         self.launcher = _first_set(self.environ, LAUNCHER_VARS)
         for problem in self.settings.errors:
