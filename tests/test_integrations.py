@@ -52,7 +52,7 @@ from accelreg.integrations import _postimport, _seams  # noqa: E402
 
 from ._fakes import plugin, spec  # noqa: E402
 
-NAMES = tuple(integrations.INTEGRATIONS)  # accelerate, transformers, peft, deepspeed
+NAMES = tuple(integrations.INTEGRATIONS)  # accelerate, transformers, peft, deepspeed, ray, ray_train
 
 import transformers  # noqa: E402
 
@@ -72,7 +72,7 @@ needs_check_and_set = pytest.mark.skipif(
     reason=f"transformers {transformers.__version__} normalises device_map inline in from_pretrained "
     "(no check_and_set_device_map seam)",
 )
-PREFIXES = ("transformers", "accelerate", "peft", "deepspeed")
+PREFIXES = ("transformers", "accelerate", "peft", "deepspeed", "ray")
 ROOT = Path(__file__).resolve().parents[1]
 
 
