@@ -46,8 +46,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import registry
-from ..registry import DEVICE_ID_VAR, Backend
+from ..registry import DEVICE_ID_VAR
 from ..registry.probing import package_installed
+from ..types import BackendSpec
 from ._seams import Adapter, Integration, Seam
 
 __all__ = [
@@ -71,28 +72,36 @@ _UTILS = "ray._private.utils"
 _SERVICES = "ray._private.services"
 
 _lock = threading.RLock()
-#: Per process, dropped by disable(): ``groups`` (resource -> backend names, registry order),
-#: ``managers`` (resource -> manager class), ``vars`` (visible-devices variable -> backend),
+#: Per process, dropped by disable(): ``records`` (resource -> backend names, and backend ->
+#: spec), ``managers`` (resource -> manager class), ``vars`` (visible-devices variable -> backend),
 #: ``takes_over`` (resource -> whether accelreg's manager replaces Ray's), ``chosen`` (resource ->
-#: backend picked by probing), ``warned`` (backends whose failure was reported).
+#: backend picked), ``warned`` (backends whose failure was reported).
 _state: dict[str, Any] = {}
 
 
 # -- the registry's view -------------------------------------------------------------------
-def _groups() -> dict[str, tuple[str, ...]]:
-    """Resource name -> the registered backends offered under it (registry order): every
-    backend but cpu that has a visible-devices variable (one without cannot be isolated per
-    task). Read from the plugins' records: nothing is probed."""
+# Everything a task's start and end use is read once per process from the plugins' records
+# (frozen copies, valid whatever the environment): the per-task path never rebuilds the
+# registry (a rebuild loads the plugins: ~30 ms), it only drops it (registry.refresh()).
+def _records() -> tuple[dict[str, tuple[str, ...]], dict[str, BackendSpec]]:
+    """``(groups, specs)``: resource name -> the registered backends offered under it (registry
+    order: every backend but cpu that has a visible-devices variable, since one without cannot
+    be isolated per task), and backend name -> its spec (every backend). Probes nothing."""
     with _lock:
-        groups = _state.get("groups")
-        if groups is None:
+        records = _state.get("records")
+        if records is None:
             found: dict[str, list[str]] = {}
+            specs: dict[str, BackendSpec] = {}
             for b in registry.get().order:
-                if b.name == "cpu" or not b.spec.visible_devices_var:
-                    continue
-                found.setdefault(b.spec.ray_resource_name, []).append(b.name)
-            groups = _state["groups"] = {r: tuple(names) for r, names in found.items()}
-        return groups
+                specs[b.name] = b.spec
+                if b.name != "cpu" and b.spec.visible_devices_var:
+                    found.setdefault(b.spec.ray_resource_name, []).append(b.name)
+            records = _state["records"] = ({r: tuple(n) for r, n in found.items()}, specs)
+        return records
+
+
+def _groups() -> dict[str, tuple[str, ...]]:
+    return _records()[0]
 
 
 def _vars() -> dict[str, str]:
@@ -101,16 +110,16 @@ def _vars() -> dict[str, str]:
         found = _state.get("vars")
         if found is None:
             found = {}
-            for b in registry.get().order:
-                var = b.spec.visible_devices_var
+            for name, spec in _records()[1].items():
+                var = spec.visible_devices_var
                 if var and var not in found:
-                    found[var] = b.name
+                    found[var] = name
             _state["vars"] = found
         return found
 
 
-def _installed(b: Backend) -> bool:
-    package = b.spec.runtime_package
+def _installed(spec: BackendSpec) -> bool:
+    package = spec.runtime_package
     if not package:
         return False
     try:
@@ -119,24 +128,31 @@ def _installed(b: Backend) -> bool:
         return False
 
 
-def _pick(resource: str, *, probe: bool) -> Backend:
+def _pick(resource: str, *, probe: bool = False) -> str:
     """The backend behind ``resource`` in this process. One backend: it. Several (two plugins
-    offering the same resource): with ``probe``, the first available (remembered); without,
-    the one probed before, else the first whose runtime package is installed, else the first."""
+    offering the same resource): with ``probe`` (at node start), the first available; else the
+    first whose runtime package is installed, else the first. Remembered per process."""
     names = _groups()[resource]
-    snap = registry.get()
     if len(names) == 1:
-        return snap.backend(names[0])
+        return names[0]
     chosen = _state.setdefault("chosen", {})
     if resource in chosen:
-        return snap.backend(chosen[resource])
-    backends = [snap.backend(n) for n in names]
+        return chosen[resource]
     if probe:
-        for b in backends:
-            if b.available:
-                chosen[resource] = b.name
-                return b
-    return next((b for b in backends if _installed(b)), backends[0])
+        snap = registry.get()
+        for name in names:
+            if snap.backend(name).available:
+                chosen[resource] = name
+                return name
+    guessed = _state.setdefault("guessed", {})
+    if resource not in guessed:
+        specs = _records()[1]
+        guessed[resource] = next((n for n in names if _installed(specs[n])), names[0])
+    return guessed[resource]
+
+
+def _spec(resource: str) -> BackendSpec:
+    return _records()[1][_pick(resource)]
 
 
 def _report_failing(resource: str) -> None:
@@ -160,27 +176,26 @@ def _report_failing(resource: str) -> None:
 
 
 def _node_count(resource: str) -> int:
-    b = _pick(resource, probe=True)
+    b = registry.get().backend(_pick(resource, probe=True))
     _report_failing(resource)
     return b.count if b.available else 0
 
 
 def _visible_ids(resource: str) -> list[str] | None:
-    b = _pick(resource, probe=False)
-    var = b.spec.visible_devices_var
+    spec = _spec(resource)
+    var = spec.visible_devices_var
     assert var is not None
     value = os.environ.get(var)
     if value is None:
         return None
-    ids, problem = registry.parse_visible(b.spec, value)
+    ids, problem = registry.parse_visible(spec, value)
     if problem is not None or ids is None:
-        raise ValueError(f"{var}={value!r} is not a mask {b.name} accepts: {problem}")
+        raise ValueError(f"{var}={value!r} is not a mask {spec.name} accepts: {problem}")
     return list(ids)
 
 
 def _set_visible(resource: str, ids: list[Any]) -> None:
-    b = _pick(resource, probe=False)
-    var = b.spec.visible_devices_var
+    var = _spec(resource).visible_devices_var
     assert var is not None
     if os.environ.get(f"RAY_EXPERIMENTAL_NOSET_{var}", "").strip().lower() in _YES:
         return  # Ray's own opt-out, spelled for this variable
@@ -194,7 +209,7 @@ def _make_manager(resource: str) -> type:
     from ray._private.accelerators.accelerator import AcceleratorManager
 
     def env_var() -> str | None:
-        return _pick(resource, probe=False).spec.visible_devices_var
+        return _spec(resource).visible_devices_var
 
     body = {
         "__doc__": f"accelreg's manager of the Ray resource {resource!r} (from the registry).",
@@ -230,7 +245,7 @@ def _takes_over(resource: str, theirs: Any) -> bool:
                 ray_has = int(theirs.get_current_node_num_accelerators()) > 0
             except Exception:  # noqa: BLE001 - Ray's detection failing is Ray's answer: none
                 ray_has = False
-            decided[resource] = not ray_has and _installed(_pick(resource, probe=False))
+            decided[resource] = not ray_has and _installed(_spec(resource))
         return decided[resource]
 
 
@@ -245,7 +260,7 @@ def manager_for(resource: str) -> str | None:
     manager = accelerators.get_accelerator_manager_for_resource(resource)
     if manager is not _managers().get(resource):
         return None
-    return _pick(resource, probe=False).name
+    return _pick(resource)
 
 
 def resources() -> dict[str, tuple[str, ...]]:
@@ -286,13 +301,13 @@ def _assign(originals: dict[str, str | None]) -> None:
     touched = [var for var in originals if var in owners]
     if not touched:
         return
-    snap = registry.get()
+    specs = _records()[1]
     for var in touched:
-        b = snap.backend(owners[var])
-        ids, _ = registry.parse_visible(b.spec, os.environ.get(var, ""))
+        name = owners[var]
+        ids, _ = registry.parse_visible(specs[name], os.environ.get(var, ""))
         if ids:
             originals.setdefault(DEVICE_ID_VAR, os.environ.get(DEVICE_ID_VAR))
-            os.environ[DEVICE_ID_VAR] = f"{b.name}={ids[0]}"
+            os.environ[DEVICE_ID_VAR] = f"{name}={ids[0]}"
             break
     registry.refresh()
 

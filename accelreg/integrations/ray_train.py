@@ -141,7 +141,7 @@ def collective_backend(resources_per_worker: dict[str, float]) -> tuple[str, str
         if chosen is None and len(backends) == 1:
             chosen = backends[0]
         if chosen is None:
-            chosen = next((b for b in backends if ray_core._installed(b)), None)
+            chosen = next((b for b in backends if ray_core._installed(b.spec)), None)
         if chosen is not None:
             return chosen.name, queries.dist_backend(chosen.name)
     return None

@@ -144,6 +144,33 @@ def check_a_task_without_units_sees_the_node_as_it_is():
     assert (s["mask"], s["count"], s["device"]) in ((None, 2, "npu:0"), ("", 1, "cpu")), s
 
 
+def check_a_task_start_never_rebuilds_the_registry():
+    # The per-task path (Ray's set and reset of a task's masks, with accelreg's seams) drops the
+    # registry's snapshot but never builds one (a build loads the plugins: tens of ms a task).
+
+    @ray.remote(num_cpus=0, resources={"NPU": 1})
+    def starts():
+        from ray._private import utils
+        from accelreg.registry import snapshot
+
+        built, init = [], snapshot.Snapshot.__init__
+
+        def counting(self, *args, **kwargs):
+            built.append(1)
+            init(self, *args, **kwargs)
+
+        snapshot.Snapshot.__init__ = counting
+        try:
+            for _ in range(20):
+                utils.reset_visible_accelerator_env_vars(utils.set_visible_accelerator_ids())
+        finally:
+            snapshot.Snapshot.__init__ = init
+        return len(built), os.environ.get("ACCELREG_DEVICE_ID")
+
+    built, assigned = ray.get(starts.remote())
+    assert built == 0 and assigned and assigned.startswith("npu="), (built, assigned)
+
+
 def check_two_actors_hold_the_two_devices():
     @ray.remote(num_cpus=0, resources={"NPU": 1})
     class Holder:
