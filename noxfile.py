@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / ".nox-results"
 
 #: The sets (the window: transformers 4.57.x and 5.0-5.25, accelerate 1.10-1.16, peft 0.17-0.21,
-#: DeepSpeed 0.17-0.19.8, bitsandbytes 0.47-0.50). "dev" is the environment as the README sets it
+#: DeepSpeed 0.17-0.19.8, bitsandbytes 0.47-0.50, Ray 2.50-2.60: 2.50 runs Ray Train 1 by default,
+#: 2.54 and later Train 2). "dev" is the environment as the README sets it
 #: up (no layer): the one the default test suite runs on.
 _REQUESTS = {"requests": "2.32.5", "urllib3": "2.5.0", "charset-normalizer": "3.4.4", "certifi": "2025.10.5"}
 SETS: dict[str, dict[str, str]] = {
@@ -42,6 +43,7 @@ SETS: dict[str, dict[str, str]] = {
         "peft": "0.17.1",
         "deepspeed": "0.17.6",
         "bitsandbytes": "0.47.0",
+        "ray": "2.50.1",
         # transformers 4.57 wants huggingface_hub<1.0 (which needs requests) and tokenizers<0.23;
         # its kernels extra kernels>=0.6.1,<=0.9 (the base environment's 0.19 needs a newer hub)
         "huggingface_hub": "0.36.0",
@@ -55,6 +57,7 @@ SETS: dict[str, dict[str, str]] = {
         "peft": "0.19.1",
         "deepspeed": "0.18.9",
         "bitsandbytes": "0.48.2",
+        "ray": "2.55.1",
         # transformers 5.3 wants huggingface_hub>=1.3,<2 (which needs httpx) and tokenizers<=0.23.0;
         # its kernels extra kernels>=0.10.2,<0.11
         "huggingface_hub": "1.33.0",
@@ -73,6 +76,7 @@ SETS: dict[str, dict[str, str]] = {
         "peft": "0.21.2",
         "deepspeed": "0.19.8",
         "bitsandbytes": "0.50.2",
+        "ray": "2.60.0",
     },
 }
 
@@ -87,13 +91,16 @@ MATRIX_TESTS = [
     "tests/deepspeed/test_seed000.py",
     "tests/deepspeed/test_accelerator.py",
     "tests/deepspeed/test_zero.py",
+    "tests/emu/test_ray.py",
     "-k",
     # the integration subset (not the thread and env runs the default suite has), seed 002 on one
     # emulated backend (the default suite runs three), seed 000 stock and with install(), the
     # accelerator DeepSpeed gets (its interface differs across 0.17-0.19) and ZeRO 0-3 on one
     # emulated backend (DeepSpeed 0.18.9's ZeRO-1/2 found an emulator bug the others did not)
+    # Ray: one node on the emulated npu (tasks and a Train run) and the node-resource checks (the
+    # two-node cluster runs in the default suite)
     "not concurrent and not idempotent and not context_manager and not imported_after and not env_ "
-    "and not mlu and not musa and not integration_only",
+    "and not mlu and not musa and not integration_only and not two_ray_nodes",
 ]
 
 #: Environment a set needs. None today: the newest set runs as users get it, with transformers
@@ -196,6 +203,7 @@ def survey(session: nox.Session) -> None:
         "transformers": ["4.57.0", "4.57.6"] + [f"5.{m}" for m in range(26)],
         "accelerate": [f"1.{m}" for m in range(10, 17)],
         "peft": [f"0.{m}" for m in range(17, 22)],
+        "ray": [f"2.{m}" for m in range(50, 61)],
     }
     for dist, minors in releases.items():
         for minor in minors:

@@ -222,6 +222,10 @@ def _auto(snap: Snapshot, b: Backend | None) -> torch.device:
     if not b.spec.indexed:
         local_rank(snap)
         return b.device(0)
+    if snap.device_id is not None:
+        index = _assigned_index(snap, b)
+        if index is not None:
+            return b.device(index)
     rank = local_rank(snap)
     if rank is not None:
         var, _ = snap.local_rank  # type: ignore[misc]
@@ -232,6 +236,35 @@ def _auto(snap: Snapshot, b: Backend | None) -> torch.device:
             )
         return b.device(rank)
     return _in_range(snap, b, b.current_index())
+
+
+def _assigned_index(snap: Snapshot, b: Backend) -> int | None:
+    """The logical index of the device a scheduler gave this process (``ACCELREG_DEVICE_ID``:
+    ``<backend>=<physical id>``), or ``None`` when it names another backend."""
+    assert snap.device_id is not None
+    var, text = snap.device_id
+    name, sep, ident = text.strip().partition("=")
+    name, ident = name.strip(), ident.strip()
+    if not sep or not name or not ident:
+        raise DeviceError(f"{var}={text!r} is not <backend>=<physical device id> (such as npu=3)")
+    if name != b.name:
+        return None
+    visible = b.probe().visible
+    mask = b.spec.visible_devices_var or "its visible-devices variable"
+    if visible is not None:
+        if ident not in visible:
+            raise DeviceError(
+                f"{var}={text!r}, but {b.name}'s mask {mask}={snap.environ.get(mask, '')!r} does not list "
+                f"device {ident}; {b.name} has {_devices(b)} visible to this process"
+            )
+        index = visible.index(ident)
+    elif re.fullmatch(r"0|[1-9][0-9]{0,8}", ident):
+        index = int(ident)  # no mask: physical ids are the logical indices
+    else:
+        raise DeviceError(f"{var}={text!r}: {ident!r} is not a device index, and {mask} is not set")
+    if index >= b.count:
+        raise DeviceError(f"{var}={text!r}, but {b.name} has {_devices(b)} visible to this process")
+    return index
 
 
 def _devices(b: Backend) -> str:

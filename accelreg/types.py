@@ -113,6 +113,12 @@ class BackendSpec:
         device_name: ``(index) -> str``, the product name of one device
             (``"Ascend 910B2"``, ``"NVIDIA H100 80GB HBM3"``), as ``accelreg env`` shows it.
             Asked only for available backends and indices below the device count.
+        ray_resource: The name this backend's devices carry as a Ray resource, when it is not
+            the backend name upper-cased: Ray's own name for a device family Ray already
+            schedules (the built-in cuda and xpu backends declare ``"GPU"``), or a vendor's
+            choice. accelreg's Ray integration offers the backend's devices to Ray under it
+            (docs/scaling.md). Letters, digits and ``_``; not one of Ray's own non-accelerator
+            resources (``CPU``, ``memory``, ``object_store_memory``).
     """
 
     name: str
@@ -132,11 +138,18 @@ class BackendSpec:
     presence: Callable[[], str | None] | None = None
     versions: Callable[[], Mapping[str, str]] | None = None
     device_name: Callable[[int], str] | None = None
+    ray_resource: str | None = None
 
     @property
     def torch_type(self) -> str:
         """The torch device type this backend's devices carry."""
         return self.device_type or self.name
+
+    @property
+    def ray_resource_name(self) -> str:
+        """The Ray resource this backend's devices are offered as: :attr:`ray_resource`, else
+        the backend name upper-cased (``"MLU"``)."""
+        return self.ray_resource or self.name.upper()
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from accelreg.integrations import _postimport, _seams  # noqa: E402
 
 from ._fakes import plugin, spec  # noqa: E402
 
-NAMES = tuple(integrations.INTEGRATIONS)  # accelerate, transformers, peft, deepspeed
+NAMES = tuple(integrations.INTEGRATIONS)  # accelerate, transformers, peft, deepspeed, ray, ray_train
 
 import transformers  # noqa: E402
 
@@ -72,7 +72,7 @@ needs_check_and_set = pytest.mark.skipif(
     reason=f"transformers {transformers.__version__} normalises device_map inline in from_pretrained "
     "(no check_and_set_device_map seam)",
 )
-PREFIXES = ("transformers", "accelerate", "peft", "deepspeed")
+PREFIXES = ("transformers", "accelerate", "peft", "deepspeed", "ray")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -216,7 +216,7 @@ class Snapshot:
 
 # -- enable / disable ---------------------------------------------------------------------
 #: At least this many holders per integration (the defining modules plus by-name importers).
-MIN_HOLDERS = {"accelerate": 12, "transformers": 5, "peft": 6, "deepspeed": 1}
+MIN_HOLDERS = {"accelerate": 12, "transformers": 5, "peft": 6, "deepspeed": 1, "ray": 5, "ray_train": 5}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -339,7 +339,14 @@ def _fake_version(monkeypatch, distribution, version):
     monkeypatch.setattr(metadata, "version", version_of)
 
 
-UNTESTED = {"accelerate": "1.17.0", "transformers": "5.26.0", "peft": "0.22.0", "deepspeed": "0.20.0"}
+UNTESTED = {
+    "accelerate": "1.17.0",
+    "transformers": "5.26.0",
+    "peft": "0.22.0",
+    "deepspeed": "0.20.0",
+    "ray": "2.61.0",
+    "ray_train": "2.61.0",
+}
 
 
 @pytest.fixture
@@ -1083,7 +1090,7 @@ def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels()
         REAL = "deepspeed.accelerator.real_accelerator"
         names = accelreg.install()
         before = _postimport.pending(REAL)
-        loaded = [m for m in ("transformers", "accelerate", "peft", "deepspeed") if m in sys.modules]
+        loaded = [m for m in ("transformers", "accelerate", "peft", "deepspeed", "ray") if m in sys.modules]
         accelreg.integrations.uninstall()
         print(json.dumps({"names": names, "pending": before, "after": _postimport.pending(REAL),
                           "loaded": loaded}))
@@ -1091,7 +1098,7 @@ def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels()
     )
     out = run_python(code, name=None).value
     assert out == {
-        "names": ["accelerate", "transformers", "peft", "deepspeed"],
+        "names": ["accelerate", "transformers", "peft", "deepspeed", "ray", "ray_train"],
         "pending": True,
         "after": False,
         "loaded": [],

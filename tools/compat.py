@@ -34,6 +34,8 @@ LIBRARIES = {  # integration -> the distribution whose wheels the survey reads
     "accelerate": "accelerate",
     "peft": "peft",
     "deepspeed": "deepspeed",
+    "ray": "ray",
+    "ray_train": "ray",  # Ray Train's seams: the same wheel
 }
 OTHERS = ("bitsandbytes", "kernels", "torch", "huggingface_hub", "tokenizers")
 
@@ -118,16 +120,19 @@ def survey(args: argparse.Namespace) -> None:
         if m is None:
             continue
         dist, version = m.group(1).lower(), m.group(2)
-        name = next((n for n, d in LIBRARIES.items() if d == dist), None)
-        if name is None:
+        names = [n for n, d in LIBRARIES.items() if d == dist]
+        if not names:
             continue
-        integ = importlib.import_module(integrations.INTEGRATIONS[name][0]).INTEGRATION
+        matches = []
         with tempfile.TemporaryDirectory() as tmp:
-            zipfile.ZipFile(wheel).extractall(tmp)
+            with zipfile.ZipFile(wheel) as zf:  # the survey reads sources only (Ray's wheel is 70 MB)
+                zf.extractall(tmp, members=[n for n in zf.namelist() if n.endswith(".py")])
             from accelreg.integrations import _seams
 
             _seams._PARSED.clear()
-            matches = integ.survey(root=tmp)
+            for name in names:
+                integ = importlib.import_module(integrations.INTEGRATIONS[name][0]).INTEGRATION
+                matches += integ.survey(root=tmp)
         rows.append(
             {
                 "library": dist,
@@ -135,6 +140,10 @@ def survey(args: argparse.Namespace) -> None:
                 "adapters": {m.seam.name: (m.adapter.name if m.adapter else None) for m in matches},
             }
         )
+    surveyed = {r["library"] for r in rows}
+    previous = RECORDS / "survey.json"
+    if previous.exists():  # libraries whose wheels were not given this time keep their rows
+        rows += [r for r in json.loads(previous.read_text())["releases"] if r["library"] not in surveyed]
     rows.sort(key=lambda r: (r["library"], Version(r["version"])))
     RECORDS.mkdir(parents=True, exist_ok=True)
     payload = {"date": datetime.date.today().isoformat(), "releases": rows}

@@ -143,6 +143,7 @@ def torch_module_backend(
     dist_backend: str | None = None,
     presence: Callable[[], str | None] | None = None,
     runtime_versions: Callable[[], Mapping[str, str]] | None = None,
+    ray_resource: str | None = None,
 ) -> BackendSpec:
     """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``.
 
@@ -168,4 +169,5 @@ def torch_module_backend(
         presence=presence,
         versions=partial(_versions, package, runtime_versions),
         device_name=partial(_device_name, attr, package),
+        ray_resource=ray_resource,
     )

@@ -74,6 +74,7 @@ def accelreg_backends():
         parse_visible=partial(parse_visible_devices_truncating, var=VAR),
         not_compiled=_not_compiled,
         dist_backend="nccl",
+        ray_resource="GPU",  # Ray's own name (Ray detects NVIDIA and AMD GPUs itself)
         presence=_driver_loaded,
         runtime_versions=_versions,
         description="NVIDIA CUDA / AMD ROCm (torch.cuda)",

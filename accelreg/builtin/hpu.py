@@ -25,5 +25,6 @@ def accelreg_backends():
         device=_device,
         indexed=False,
         dist_backend="hccl",
+        ray_resource="HPU",  # Ray's own name
         description="Intel Gaudi HPU (habana_frameworks.torch)",
     )

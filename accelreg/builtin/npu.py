@@ -14,5 +14,6 @@ def accelreg_backends():
         package="torch_npu",
         visible_devices_var="ASCEND_RT_VISIBLE_DEVICES",
         dist_backend="hccl",
+        ray_resource="NPU",  # Ray's own name (Ray's NPU manager counts /dev/davinci*)
         description="Huawei Ascend NPU (torch_npu)",
     )

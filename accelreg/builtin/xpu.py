@@ -48,5 +48,6 @@ def accelreg_backends():
         not_compiled=_not_compiled,
         dist_backend="xccl",
         runtime_versions=_versions,
+        ray_resource="GPU",  # Ray's own name (Ray's Intel GPU manager)
         description="Intel GPU (torch.xpu)",
     )

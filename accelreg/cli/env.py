@@ -154,7 +154,11 @@ def _why(snap: Any, device: str) -> str:
         return "no accelerator is available, so the cpu"
     order = "configured priority" if snap.settings.priority else "default plugin priorities"
     why = f"{current.name} is the first available backend by {order}"
-    if snap.local_rank is not None and current.spec.indexed:
+    assigned = snap.device_id is not None and snap.device_id[1].partition("=")[0].strip() == current.name
+    if assigned and current.spec.indexed:
+        var, value = snap.device_id
+        why += f"; the device assigned by {var}={value} (its place in the mask)"
+    elif snap.local_rank is not None and current.spec.indexed:
         var, value = snap.local_rank
         why += f"; index from {var}={value}"
     elif current.spec.indexed:

@@ -42,12 +42,17 @@ __all__ = [
 #: module (``accelreg.integrations.<name>``) and the library module whose import enables it —
 #: one imported only once its package is complete (firing on a submodule the package
 #: ``__init__`` is still importing would make ``enable()`` import from a partially initialised
-#: package). transformers imports its submodules lazily, so ``modeling_utils`` is safe there.
+#: package). transformers imports its submodules lazily, so ``modeling_utils`` is safe there;
+#: ``ray/__init__`` does not import ``ray.train``.
 HOSTS: dict[str, str] = {
     "accelerate": "accelerate",
     "transformers": "transformers.modeling_utils",
     "peft": "peft",
     "deepspeed": "deepspeed",
+    # Ray Core (its accelerator managers) on ``import ray``; Ray Train's seams import torch, so
+    # they wait for Ray Train's torch package (a Ray worker that runs only tasks never pays).
+    "ray": "ray",
+    "ray_train": "ray.train.torch",
 }
 
 #: name -> (integration module, trigger): :data:`HOSTS` with each module's full name.

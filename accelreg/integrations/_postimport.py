@@ -33,17 +33,25 @@ _starting: dict[str, Callable[[], None]] = {}
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; for watched names it wraps the real loader's ``exec_module``."""
+    """Finds nothing itself; for watched names it wraps the real loader.
+
+    No callback runs here: Python calls ``find_spec`` holding its global import lock, so a
+    callback that waits for an import in another thread (the registry loads plugins in its
+    probe thread) would wait for that lock until its timeout. The wrapping loader runs the
+    start callback in ``create_module`` (before the module exists in ``sys.modules``, so what
+    it registers for this very module still fires) and the others after ``exec_module``.
+    """
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if fullname in _starting:
-            _start(fullname)  # may register callbacks for this very module: checked next
-        if fullname not in _waiting:
+        if fullname not in _starting and fullname not in _waiting:
             return None
         try:
-            return self._wrapped(fullname, path, target)
+            spec = self._wrapped(fullname, path, target)
         except Exception:  # noqa: BLE001 - the import system asks the other finders itself
-            return None
+            spec = None
+        if fullname in _starting and not isinstance(getattr(spec, "loader", None), _Loader):
+            _start(fullname)  # a loader that cannot be wrapped: start now, as a last resort
+        return spec
 
     def _wrapped(self, fullname: str, path: Sequence[str] | None, target: Any) -> Any:
         for finder in sys.meta_path:
@@ -66,6 +74,7 @@ class _Loader(importlib.abc.Loader):
         return getattr(self._inner, name)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        _start(spec.name)  # may register callbacks for this very module: fired after exec_module
         return self._inner.create_module(spec)
 
     def exec_module(self, module: Any) -> None:

@@ -31,9 +31,10 @@ from .containment import ProbeTimeout, call_with_timeout, check_not_inside_plugi
 from .loading import ENTRY_POINT_GROUP, SELF, Plugin
 from .probing import Backend, Probed, parse_visible
 from .records import RESERVED
-from .snapshot import LAUNCHER_VARS, LOCAL_RANK_VARS, LOCAL_SIZE_VARS, Snapshot
+from .snapshot import DEVICE_ID_VAR, LAUNCHER_VARS, LOCAL_RANK_VARS, LOCAL_SIZE_VARS, Snapshot
 
 __all__ = [
+    "DEVICE_ID_VAR",
     "ENTRY_POINT_GROUP",
     "LAUNCHER_VARS",
     "LOCAL_RANK_VARS",
@@ -51,6 +52,7 @@ __all__ = [
     "if_current",
     "on_reset",
     "parse_visible",
+    "refresh",
     "register",
     "reset",
     "unregister",
@@ -125,6 +127,18 @@ def reset() -> None:
         _registered.clear()
         _warn.forget()
         _drop()
+
+
+def refresh() -> None:
+    """Re-read the environment at the next query, keeping :func:`configure` settings and
+    plugins added with :func:`register` (unlike :func:`reset`).
+
+    For code that changes a visible-devices mask, ``LOCAL_RANK`` or ``ACCELREG_DEVICE_ID`` in a
+    process that goes on running: a scheduler's worker reused for the next task (accelreg's
+    Ray integration calls it whenever Ray sets or restores a task's mask). Cheap: the snapshot
+    is rebuilt only when something asks.
+    """
+    _drop()
 
 
 def configure(**settings: Any) -> None:

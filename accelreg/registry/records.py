@@ -23,11 +23,14 @@ from .containment import CONTAINED, Nonsense, describe, safe_repr
 if TYPE_CHECKING:
     from .loading import Plugin
 
-__all__ = ["RESERVED", "own_rule", "own_spec"]
+__all__ = ["RAY_RESERVED", "RESERVED", "own_rule", "own_spec"]
 
 #: Names a backend may not take: they mean something else in a device map.
 RESERVED = frozenset({"auto", "disk", "meta", "balanced", "balanced_low_0", "sequential"})
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_RAY_RESOURCE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+#: Ray's own resources that are not accelerators: a backend cannot be offered under these names.
+RAY_RESERVED = frozenset({"CPU", "memory", "object_store_memory"})
 _PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,7}")
 _OPTIONAL_CALLABLES = (
     "current_index",
@@ -76,6 +79,7 @@ def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
         ("visible_devices_var", _ENV_VAR, "an environment variable name"),
         ("runtime_package", _PACKAGE, "an importable package name"),
         ("dist_backend", NAME_RE, "a torch.distributed backend name"),
+        ("ray_resource", _RAY_RESOURCE, "a Ray resource name (letters, digits and _)"),
     ):
         if field_name not in values:
             continue  # a field of a later accelreg (dist_backend) on this version
@@ -85,6 +89,8 @@ def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
         if not isinstance(value, str) or not pattern.fullmatch(value):
             raise Nonsense(f"{field_name} {safe_repr(value)} of {name!r} is not {what}")
         values[field_name] = str.__str__(value)
+    if values.get("ray_resource") in RAY_RESERVED:
+        raise Nonsense(f"ray_resource {values['ray_resource']!r} of {name!r} is one of Ray's own resources")
     for field_name in ("is_available", "device_count"):
         if not callable(values[field_name]):
             raise Nonsense(f"{field_name} of {name!r} is not callable")

@@ -26,7 +26,7 @@ from .loading import Plugin, call_hook, load
 from .probing import Backend
 from .records import own_rule, own_spec
 
-__all__ = ["LAUNCHER_VARS", "LOCAL_RANK_VARS", "LOCAL_SIZE_VARS", "Snapshot"]
+__all__ = ["DEVICE_ID_VAR", "LAUNCHER_VARS", "LOCAL_RANK_VARS", "LOCAL_SIZE_VARS", "Snapshot"]
 
 #: Variables launchers set to tell a process its rank on the node, in order of trust.
 LOCAL_RANK_VARS = (
@@ -43,9 +43,23 @@ LOCAL_SIZE_VARS = (
     "MV2_COMM_WORLD_LOCAL_SIZE",  # MVAPICH2
     "MPI_LOCALNRANKS",  # Intel MPI / MPICH hydra
 )
+#: Set by a scheduler that gives a process devices of its own (accelreg's Ray integration, for
+#: each task and actor given devices): ``<backend>=<physical id>``, the device ``resolve()``
+#: picks — the entry of the backend's visible-devices mask, whichever position it has there.
+#: It takes precedence over a local rank (a Ray Train worker's ``LOCAL_RANK`` counts workers on
+#: the node, not the devices its own mask shows).
+DEVICE_ID_VAR = "ACCELREG_DEVICE_ID"
 #: Any of these set means a launcher started this process as part of a job (``ACCELREG_RUN``:
-#: ``accelreg run``, for every process of its command).
-LAUNCHER_VARS = (*LOCAL_RANK_VARS, "RANK", "WORLD_SIZE", *LOCAL_SIZE_VARS, "ACCELREG_RUN")
+#: ``accelreg run``, for every process of its command; ``ACCELREG_DEVICE_ID``: a scheduler gave
+#: it devices).
+LAUNCHER_VARS = (
+    *LOCAL_RANK_VARS,
+    "RANK",
+    "WORLD_SIZE",
+    *LOCAL_SIZE_VARS,
+    "ACCELREG_RUN",
+    DEVICE_ID_VAR,
+)
 #: Failure stages after which an external plugin's backend is missing although it is installed.
 _LOAD_STAGES = ("import", "register", "accelreg_backends")
 
@@ -98,6 +112,8 @@ class Snapshot:
             for var in (*LOCAL_SIZE_VARS, "WORLD_SIZE")
             if (self.environ.get(var) or "").strip()
         )
+        #: ``(variable, value)`` of ``ACCELREG_DEVICE_ID`` when it is set, or ``None``.
+        self.device_id = _first_set(self.environ, (DEVICE_ID_VAR,))
         #: ``(variable, value)`` of the launcher variable that is set, or ``None``.
         self.launcher = _first_set(self.environ, LAUNCHER_VARS)
         for problem in self.settings.errors:
