@@ -9,6 +9,10 @@ process under ``accelreg run`` calls ``install()`` that way, only once a host li
 imported. Nothing a callback raises reaches the user's ``import`` statement: the module has been
 imported by then, and a failure becomes one warning (and is handed to the callback's owner
 through ``on_error``), never an exception inside somebody else's import.
+
+Callbacks run in the wrapped loader's ``exec_module``, never in ``find_spec``: Python runs
+finders under its global import lock, and a callback that builds the registry waits for plugin
+imports in a probe thread, which would then wait for that lock until the probe timed out.
 """
 
 from __future__ import annotations
@@ -30,20 +34,23 @@ _lock = threading.RLock()
 _waiting: dict[str, list[Callable[[Any], None]]] = {}
 #: Module names whose first import runs a callback before the module executes.
 _starting: dict[str, Callable[[], None]] = {}
+#: Modules our loader is executing now: in ``sys.modules`` already, but not imported yet.
+_executing: set[str] = set()
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     """Finds nothing itself; for watched names it wraps the real loader's ``exec_module``."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if fullname in _starting:
-            _start(fullname)  # may register callbacks for this very module: checked next
-        if fullname not in _waiting:
+        if fullname not in _waiting and fullname not in _starting:
             return None
         try:
-            return self._wrapped(fullname, path, target)
+            spec = self._wrapped(fullname, path, target)
         except Exception:  # noqa: BLE001 - the import system asks the other finders itself
-            return None
+            spec = None
+        if spec is None or not isinstance(spec.loader, _Loader):
+            _start(fullname)  # no loader to run it in (rare): here, under the import lock
+        return spec
 
     def _wrapped(self, fullname: str, path: Sequence[str] | None, target: Any) -> Any:
         for finder in sys.meta_path:
@@ -69,8 +76,16 @@ class _Loader(importlib.abc.Loader):
         return self._inner.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        self._inner.exec_module(module)
-        _fire(module.__name__, module)
+        name = module.__name__
+        with _lock:
+            _executing.add(name)
+        try:
+            _start(name)  # before the module's code; callbacks it queues for ``name`` fire below
+            self._inner.exec_module(module)
+        finally:
+            with _lock:
+                _executing.discard(name)
+        _fire(name, module)
 
 
 _finder = _Finder()
@@ -122,15 +137,16 @@ def _report(name: str, exc: BaseException) -> None:
 
 
 def when_imported(name: str, callback: Callable[[Any], None]) -> None:
-    """Call ``callback(module)`` after ``name`` is imported; at once if it already is."""
-    module = sys.modules.get(name)
-    if module is not None:
-        callback(module)
-        return
+    """Call ``callback(module)`` after ``name`` is imported; at once if it already is (a module
+    whose import is under way, started by :func:`before_first_import`'s hook, is not yet)."""
     with _lock:
-        _waiting.setdefault(name, []).append(callback)
-        if _finder not in sys.meta_path:
-            sys.meta_path.insert(0, _finder)
+        module = None if name in _executing else sys.modules.get(name)
+        if module is None:
+            _waiting.setdefault(name, []).append(callback)
+            if _finder not in sys.meta_path:
+                sys.meta_path.insert(0, _finder)
+            return
+    callback(module)
 
 
 def before_first_import(names: Sequence[str], callback: Callable[[], None]) -> None:
