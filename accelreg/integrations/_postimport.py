@@ -17,20 +17,21 @@ imports in a probe thread, which would then wait for that lock until the probe t
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import logging
+import _thread
 import sys
-import threading
-import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+
+# Imported at interpreter start-up in every process of a job (accelreg.launch.startup): only
+# what Python has loaded by then. logging and warnings are imported when a hook fails; the
+# finder and loader are plain classes (the import system asks for their methods, not a base).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from importlib.machinery import ModuleSpec
+    from typing import Any
 
 __all__ = ["before_first_import", "cancel", "pending", "when_imported"]
 
-log = logging.getLogger("accelreg.integrations")
-
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _waiting: dict[str, list[Callable[[Any], None]]] = {}
 #: Module names whose first import runs a callback before the module executes.
 _starting: dict[str, Callable[[], None]] = {}
@@ -38,7 +39,7 @@ _starting: dict[str, Callable[[], None]] = {}
 _executing: set[str] = set()
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     """Finds nothing itself; for watched names it wraps the real loader's ``exec_module``."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
@@ -65,14 +66,14 @@ class _Finder(importlib.abc.MetaPathFinder):
         return None
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+    def create_module(self, spec: ModuleSpec) -> Any:
         return self._inner.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
@@ -130,10 +131,14 @@ def _report(name: str, exc: BaseException) -> None:
     message = (
         f"accelreg: the hook run when {name} was imported failed and was skipped: {type(exc).__name__}: {exc}"
     )
+    import warnings
+
     try:
         warnings.warn(message, RuntimeWarning, stacklevel=2)
     except Exception:  # noqa: BLE001 - a warnings filter set to "error" must not break the import
-        log.warning(message)
+        import logging
+
+        logging.getLogger("accelreg.integrations").warning(message)
 
 
 def when_imported(name: str, callback: Callable[[Any], None]) -> None:

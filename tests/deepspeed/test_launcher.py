@@ -74,6 +74,9 @@ def node_environ(devices: int = 2, memory: str = "1GiB,2GiB", **extra: str) -> d
         OMP_NUM_THREADS="1",
         TORCHDYNAMO_DISABLE="1",
         PYTHONDONTWRITEBYTECODE="1",
+        # the emulator's first use in a session builds it (a minute on a loaded machine), inside
+        # a probe of whichever process comes first: the timeout is for hung drivers, not that
+        ACCELREG_PROBE_TIMEOUT="900",
         **extra,
     )
     return env
