@@ -100,9 +100,8 @@ class _Refused:
         self.__dict__["_reason"] = reason
 
     def __getattr__(self, name: str) -> Any:
-        raise DeviceError(
-            f"DeepSpeed needs its accelerator ({name}), but accelreg hands it none: {self.__dict__['_reason']}"
-        )
+        reason = self.__dict__["_reason"]
+        raise DeviceError(f"DeepSpeed needs its accelerator ({name}), but accelreg hands it none: {reason}")
 
     def __repr__(self) -> str:
         return f"<no DeepSpeed accelerator: accelreg refused ({self.__dict__['_reason']})>"
@@ -250,7 +249,8 @@ def accelerator_report() -> dict[str, Any]:
     requested = _requested(snap, env) if env else None
     if isinstance(current, _Refused):
         name, implementation, collectives = "none", "no accelerator", None
-        how = f"refused by accelreg, DeepSpeed's first use of its accelerator raises: {current.__dict__['_reason']}"
+        reason = current.__dict__["_reason"]
+        how = f"refused by accelreg, DeepSpeed's first use of its accelerator raises: {reason}"
     elif current is not None:
         name = str(getattr(current, "_name", type(current).__name__))
         implementation = _describe(current)

@@ -284,7 +284,8 @@ class _RegistryAccelerator:
     def _count_elsewhere(self) -> int:
         env = {k: v for k, v in os.environ.items() if k not in ("ACCELREG_RUN", "ACCELREG_AUTO_INSTALL")}
         code = "import sys, accelreg; print(accelreg.device_count(sys.argv[1]))"
-        where = f"{self.backend}: counting its devices under {self._visible_var}={os.environ.get(self._visible_var or '')!r}"
+        mask = os.environ.get(self._visible_var or "")
+        where = f"{self.backend}: counting its devices under {self._visible_var}={mask!r}"
         try:
             proc = subprocess.run(
                 [sys.executable, "-c", code, self.backend],
@@ -544,9 +545,9 @@ class _RegistryAccelerator:
             outside = [i for i in ids if not i.isdecimal() or int(i) >= len(parsed)]
             if outside:
                 raise DeviceError(
-                    f"DeepSpeed asks for slot(s) {', '.join(outside)} of {self.backend}, but {var}={inherited!r} "
-                    f"gives this node {len(parsed)} device(s) ({', '.join(parsed) or 'none'}); "
-                    "slots are positions in that mask"
+                    f"DeepSpeed asks for slot(s) {', '.join(outside)} of {self.backend}, but "
+                    f"{var}={inherited!r} gives this node {len(parsed)} device(s) "
+                    f"({', '.join(parsed) or 'none'}); slots are positions in that mask"
                 )
             ids = [parsed[int(i)] for i in ids]
         current_env[var] = ",".join(ids)
