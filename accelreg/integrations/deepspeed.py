@@ -48,7 +48,13 @@ from ..registry import Backend, Snapshot
 from ..resolution import current_in_use
 from . import _postimport
 from ._seams import LIBRARIES, Integration, Seam
-from .ds_accelerator import EXPORTED, accelerator_for, deepspeed_ships_class, registry_accelerator
+from .ds_accelerator import (
+    EXPORTED,
+    accelerator_for,
+    deepspeed_ships_class,
+    keep_inherited_masks,
+    registry_accelerator,
+)
 
 __all__ = [
     "INTEGRATION",
@@ -141,6 +147,7 @@ def _hand_over(real: Any) -> None:
             _install(real, _Refused(str(exc)), None, "refused")
         raise
     _export_accelreg(accelerator)
+    keep_inherited_masks(accelerator, backend.name)
     current = real.ds_accelerator
     ours_before = _state.get("handed")
     _install(real, accelerator, backend.name, why)

@@ -37,20 +37,23 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import registry
 from ..config import KEYS
 from ..errors import DeviceError, IntegrationError
 from ..resolution import current_in_use
+from ..types import BackendSpec
 
 __all__ = [
     "EXPORTED",
     "accelerator_for",
     "deepspeed_class_for",
     "deepspeed_ships_class",
+    "keep_inherited_masks",
     "registry_accelerator",
+    "slots_under_mask",
 ]
 
 #: accelreg's variables that DeepSpeed's runner exports to the nodes it starts over pdsh, ssh or
@@ -122,6 +125,51 @@ def deepspeed_class_for(device_type: str) -> Any | None:
             f"deepspeed: DeepSpeed's own {device_type} accelerator cannot be built here: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+# -- DeepSpeed's launcher: slots and masks ---------------------------------------------------
+def slots_under_mask(spec: BackendSpec, environ: Mapping[str, str], slots: Sequence[int | str]) -> list[str]:
+    """The physical ids DeepSpeed's slots ``slots`` stand for on a node whose launch process has
+    ``environ``: the slots themselves, or — under a mask of ``spec``'s visible-devices variable
+    that process inherited (``accelreg run --devices 1,3``) — the mask's devices at those
+    positions, so a job never leaves the devices it was given. Raises :class:`DeviceError` for a
+    mask that cannot be read and for a slot it does not have."""
+    ids = [str(i) for i in slots]
+    var = spec.visible_devices_var
+    inherited = environ.get(var) if var else None
+    if inherited is None:
+        return ids
+    parsed, problem = registry.parse_visible(spec, inherited)
+    if parsed is None:
+        raise DeviceError(f"{var}={inherited!r} cannot be read: {problem}")
+    outside = [i for i in ids if not i.isdecimal() or int(i) >= len(parsed)]
+    if outside:
+        raise DeviceError(
+            f"DeepSpeed asks for slot(s) {', '.join(outside)} of {spec.name}, but {var}={inherited!r} "
+            f"gives this node {len(parsed)} device(s) ({', '.join(parsed) or 'none'}); slots are "
+            "positions in that mask"
+        )
+    return [parsed[int(i)] for i in ids]
+
+
+def keep_inherited_masks(accelerator: Any, backend: str) -> None:
+    """Make DeepSpeed's own accelerator class (an instance accelreg built for ``backend``) read
+    DeepSpeed's slots as :func:`slots_under_mask` does, as the registry accelerator does: left
+    alone it overwrites a mask the node's launch process inherited with the slot ids, another
+    physical device. Set on the instance; a no-op for the registry accelerator and for a class
+    that masks another variable than the backend's."""
+    if isinstance(accelerator, _RegistryAccelerator):
+        return
+    spec = registry.get().backend(backend).spec
+    var = spec.visible_devices_var
+    if var is None or var not in accelerator.visible_devices_envs():
+        return
+    original = accelerator.set_visible_devices_envs
+
+    def set_visible_devices_envs(current_env: dict[str, str], local_accelerator_ids: list[int]) -> None:
+        original(current_env, slots_under_mask(spec, current_env, local_accelerator_ids))
+
+    accelerator.set_visible_devices_envs = set_visible_devices_envs
 
 
 # -- the registry's accelerator -------------------------------------------------------------
@@ -537,20 +585,7 @@ class _RegistryAccelerator:
                     f"ranks devices {', '.join(ids)} (each rank uses device LOCAL_RANK, so only 0..n-1)"
                 )
             return
-        inherited = current_env.get(var)
-        if inherited is not None:
-            parsed, problem = registry.parse_visible(self._spec, inherited)
-            if parsed is None:
-                raise DeviceError(f"{var}={inherited!r} cannot be read: {problem}")
-            outside = [i for i in ids if not i.isdecimal() or int(i) >= len(parsed)]
-            if outside:
-                raise DeviceError(
-                    f"DeepSpeed asks for slot(s) {', '.join(outside)} of {self.backend}, but "
-                    f"{var}={inherited!r} gives this node {len(parsed)} device(s) "
-                    f"({', '.join(parsed) or 'none'}); slots are positions in that mask"
-                )
-            ids = [parsed[int(i)] for i in ids]
-        current_env[var] = ",".join(ids)
+        current_env[var] = ",".join(slots_under_mask(self._spec, current_env, ids))
 
     def get_compile_backend(self) -> str:
         return self._compile_backend
