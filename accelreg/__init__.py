@@ -13,7 +13,6 @@ the first time it is used (see :data:`_OWNERS`), and the registry is built on th
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from .errors import (
     AccelregError,
@@ -28,7 +27,11 @@ from .errors import (
     UsageError,
 )
 
+# ``typing`` is not imported at run time: the start-up hook imports this in every job process.
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what the lazily served names are, for type checkers and readers
+    from typing import Any
+
     from .hookspecs import hookimpl
     from .integrations import install
     from .launch import visible_devices_env

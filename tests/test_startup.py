@@ -58,6 +58,18 @@ def test_a_job_process_waits_cheaply_then_installs_on_the_first_host_import(env:
     assert enabled["peft"] is True and enabled["transformers"] is True  # peft imports transformers
 
 
+def test_the_armed_hook_imports_nothing_python_had_not_loaded_but_its_own_modules() -> None:
+    """Every Python process of a job pays for the hook (docs/benchmarks.md: start-up under
+    ``accelreg run``): besides accelreg's few modules it imports nothing of note — not typing,
+    logging, threading or importlib.abc (they cost about 70 ms on the loaded CI machine)."""
+    code = "import sys, json; print(json.dumps(sorted(sys.modules)))"
+    bare = set(run_python(code, name=None).value)
+    armed = set(run_python(code, name=None, env={"ACCELREG_RUN": "1"}).value)
+    added = {m for m in armed - bare if not m.startswith("accelreg")}
+    heavy = {"typing", "logging", "threading", "warnings", "importlib.abc", "importlib.util", "tempfile"}
+    assert not added & heavy and len(added) <= 3, sorted(added)  # importlib itself, at most
+
+
 @pytest.mark.parametrize("value", ["0", "no", "", "off"])
 def test_auto_install_off_values_arm_nothing(value: str) -> None:
     assert not startup.armed({"ACCELREG_AUTO_INSTALL": value})
@@ -72,9 +84,14 @@ def test_the_watch_list_covers_every_host_library() -> None:
         assert trigger in names and trigger.split(".")[0] in names
 
 
-def test_deepspeed_gets_the_registry_accelerator_before_it_picks_one() -> None:
+@pytest.mark.parametrize("name", ["npu", "emu"])
+def test_deepspeed_gets_the_registry_accelerator_before_it_picks_one(name: str) -> None:
     """The hook runs install() as ``import deepspeed`` starts, so DeepSpeed's own first pick
-    is already the registry's (no 'Setting accelerator to CPU' from DeepSpeed's ladder)."""
+    is already the registry's (no 'Setting accelerator to CPU' from DeepSpeed's ladder).
+
+    ``emu`` is an external plugin, loaded in a probe thread: install() must not run where Python
+    holds its global import lock (a finder's ``find_spec``), or that thread's imports wait for
+    the probe timeout and the backend is lost (the registry chose cpu after 60 s)."""
     code = (
         "import deepspeed, json\n"
         "from deepspeed.accelerator import get_accelerator\n"
@@ -82,9 +99,36 @@ def test_deepspeed_gets_the_registry_accelerator_before_it_picks_one() -> None:
         "r = accelerator_report()\n"
         "print(json.dumps([get_accelerator()._name, r['how']]))\n"
     )
-    result = run_python(code, name="npu", env={"ACCELREG_RUN": "1"})
-    name, how = result.value
-    assert name == "npu" and how.startswith("handed over by accelreg"), result.stdout + result.stderr
+    # the emulator's first use in a session may build it (a minute on a loaded machine): inside
+    # the probe here, so the probe timeout must not cut that off
+    result = run_python(code, name=name, env={"ACCELREG_RUN": "1", "ACCELREG_PROBE_TIMEOUT": "900"})
+    got, how = result.value
+    assert got == name and how == f"handed over by accelreg (the registry chose {name})", (
+        result.stdout + result.stderr
+    )
+    assert "Setting accelerator to CPU" not in result.stdout + result.stderr
+
+
+def test_the_start_hook_runs_before_the_module_and_outside_the_import_lock() -> None:
+    """A callback that waits for an import in another thread (as the registry's probe threads
+    do) must not run while Python holds its global import lock, and still runs before the
+    watched module's own code; callbacks it queues for that module fire once it is imported."""
+    code = (
+        "import json, sys, threading\n"
+        "from accelreg.integrations import _postimport\n"
+        "seen = {}\n"
+        "def start():\n"
+        "    t = threading.Thread(target=__import__, args=('decimal',))\n"
+        "    t.start(); t.join(20)\n"
+        "    seen['other_thread_imported'] = not t.is_alive()\n"
+        "    seen['before_its_code'] = not hasattr(sys.modules.get('tomllib'), 'loads')\n"
+        "    _postimport.when_imported('tomllib', lambda m: seen.setdefault('after', hasattr(m, 'loads')))\n"
+        "_postimport.before_first_import(['tomllib'], start)\n"
+        "import tomllib\n"
+        "print(json.dumps(seen))\n"
+    )
+    seen = run_python(code, name=None).value
+    assert seen == {"other_thread_imported": True, "before_its_code": True, "after": True}
 
 
 def _accelreg_run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

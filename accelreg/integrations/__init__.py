@@ -19,12 +19,14 @@ served by name (:func:`integration`, and ``IntegrationWarning``/``raise_recorded
 from __future__ import annotations
 
 import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any
 
 from . import _postimport
 
+# ``typing`` is not imported at run time: the start-up hook imports this in every job process.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._seams import Integration, IntegrationWarning, raise_recorded
 
 __all__ = [
@@ -78,6 +80,8 @@ def integration(name: str) -> Integration:
 
 
 def _library_installed(trigger: str) -> bool:
+    import importlib.util  # not at start-up: this package is imported in every job process
+
     try:
         return importlib.util.find_spec(trigger.split(".")[0]) is not None
     except (ImportError, ValueError):

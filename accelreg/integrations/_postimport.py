@@ -9,48 +9,48 @@ process under ``accelreg run`` calls ``install()`` that way, only once a host li
 imported. Nothing a callback raises reaches the user's ``import`` statement: the module has been
 imported by then, and a failure becomes one warning (and is handed to the callback's owner
 through ``on_error``), never an exception inside somebody else's import.
+
+Callbacks run in the wrapped loader's ``exec_module``, never in ``find_spec``: Python runs
+finders under its global import lock, and a callback that builds the registry waits for plugin
+imports in a probe thread, which would then wait for that lock until the probe timed out.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import logging
+import _thread
 import sys
-import threading
-import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+
+# Imported at interpreter start-up in every process of a job (accelreg.launch.startup): only
+# what Python has loaded by then. logging and warnings are imported when a hook fails; the
+# finder and loader are plain classes (the import system asks for their methods, not a base).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from importlib.machinery import ModuleSpec
+    from typing import Any
 
 __all__ = ["before_first_import", "cancel", "pending", "when_imported"]
 
-log = logging.getLogger("accelreg.integrations")
-
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _waiting: dict[str, list[Callable[[Any], None]]] = {}
 #: Module names whose first import runs a callback before the module executes.
 _starting: dict[str, Callable[[], None]] = {}
+#: Modules our loader is executing now: in ``sys.modules`` already, but not imported yet.
+_executing: set[str] = set()
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; for watched names it wraps the real loader.
-
-    No callback runs here: Python calls ``find_spec`` holding its global import lock, so a
-    callback that waits for an import in another thread (the registry loads plugins in its
-    probe thread) would wait for that lock until its timeout. The wrapping loader runs the
-    start callback in ``create_module`` (before the module exists in ``sys.modules``, so what
-    it registers for this very module still fires) and the others after ``exec_module``.
-    """
+class _Finder:
+    """Finds nothing itself; for watched names it wraps the real loader's ``exec_module``."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if fullname not in _starting and fullname not in _waiting:
+        if fullname not in _waiting and fullname not in _starting:
             return None
         try:
             spec = self._wrapped(fullname, path, target)
         except Exception:  # noqa: BLE001 - the import system asks the other finders itself
             spec = None
-        if fullname in _starting and not isinstance(getattr(spec, "loader", None), _Loader):
-            _start(fullname)  # a loader that cannot be wrapped: start now, as a last resort
+        if spec is None or not isinstance(spec.loader, _Loader):
+            _start(fullname)  # no loader to run it in (rare): here, under the import lock
         return spec
 
     def _wrapped(self, fullname: str, path: Sequence[str] | None, target: Any) -> Any:
@@ -66,20 +66,27 @@ class _Finder(importlib.abc.MetaPathFinder):
         return None
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        _start(spec.name)  # may register callbacks for this very module: fired after exec_module
+    def create_module(self, spec: ModuleSpec) -> Any:
         return self._inner.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        self._inner.exec_module(module)
-        _fire(module.__name__, module)
+        name = module.__name__
+        with _lock:
+            _executing.add(name)
+        try:
+            _start(name)  # before the module's code; callbacks it queues for ``name`` fire below
+            self._inner.exec_module(module)
+        finally:
+            with _lock:
+                _executing.discard(name)
+        _fire(name, module)
 
 
 _finder = _Finder()
@@ -124,22 +131,27 @@ def _report(name: str, exc: BaseException) -> None:
     message = (
         f"accelreg: the hook run when {name} was imported failed and was skipped: {type(exc).__name__}: {exc}"
     )
+    import warnings
+
     try:
         warnings.warn(message, RuntimeWarning, stacklevel=2)
     except Exception:  # noqa: BLE001 - a warnings filter set to "error" must not break the import
-        log.warning(message)
+        import logging
+
+        logging.getLogger("accelreg.integrations").warning(message)
 
 
 def when_imported(name: str, callback: Callable[[Any], None]) -> None:
-    """Call ``callback(module)`` after ``name`` is imported; at once if it already is."""
-    module = sys.modules.get(name)
-    if module is not None:
-        callback(module)
-        return
+    """Call ``callback(module)`` after ``name`` is imported; at once if it already is (a module
+    whose import is under way, started by :func:`before_first_import`'s hook, is not yet)."""
     with _lock:
-        _waiting.setdefault(name, []).append(callback)
-        if _finder not in sys.meta_path:
-            sys.meta_path.insert(0, _finder)
+        module = None if name in _executing else sys.modules.get(name)
+        if module is None:
+            _waiting.setdefault(name, []).append(callback)
+            if _finder not in sys.meta_path:
+                sys.meta_path.insert(0, _finder)
+            return
+    callback(module)
 
 
 def before_first_import(names: Sequence[str], callback: Callable[[], None]) -> None:

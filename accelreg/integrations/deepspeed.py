@@ -8,9 +8,23 @@ registry picks instead: at the moment DeepSpeed's accelerator module is imported
 DeepSpeed an accelerator for the registry's current backend through DeepSpeed's public
 ``set_accelerator``. It is DeepSpeed's own class for that device type where DeepSpeed ships one
 (its op builders, graphs and vendor quirks live there), and accelreg's registry accelerator
-(:mod:`accelreg.integrations.ds_accelerator`) for every other backend. A ``DS_ACCELERATOR`` the
-user set is an explicit DeepSpeed choice and is left alone; :func:`accelerator_report` and
+(:mod:`accelreg.integrations.ds_accelerator`) for every other backend. The backend is chosen
+under the rule of ``docs/reliability.md`` (:func:`accelreg.resolution.current_in_use`): in a
+process a launcher started (``accelreg run`` included), a present but failing backend is a
+:class:`~accelreg.errors.DeviceError`, and DeepSpeed gets a stand-in that raises it at its
+first use of its accelerator — the job stops instead of training on DeepSpeed's cpu
+accelerator. A ``DS_ACCELERATOR`` naming one of DeepSpeed's own accelerators is an explicit
+DeepSpeed choice and is left alone; one naming a registry backend DeepSpeed does not know
+(``DS_ACCELERATOR=emu``) gets that backend's accelerator. :func:`accelerator_report` and
 ``accelreg env`` show any disagreement. ``disable()`` gives DeepSpeed back what it had.
+
+**Launchers.** DeepSpeed's launcher (``deepspeed``: the runner, then
+``deepspeed.launcher.launch`` on each node) asks its accelerator how many devices a node has,
+which variable masks them, and which variables to export to the other nodes. Under
+``accelreg run`` those processes have the registry's accelerator too (the start-up hook), so
+they start one rank per device of the registry's backend and mask each node with that
+backend's variable; every accelerator accelreg hands over also exports ``ACCELREG_*`` to
+nodes started over pdsh/ssh/MPI, so the processes there are registry-aware as well.
 
 **Placement.** Seam: ``deepspeed.initialize`` (public; accelerate looks it up on the module at
 call time, so Trainer's path goes through it too). Before the engine is built, the placement
@@ -29,9 +43,18 @@ import sys
 from typing import Any
 
 from .. import placement, registry
+from ..errors import DeviceError
+from ..registry import Backend, Snapshot
+from ..resolution import current_in_use
 from . import _postimport
 from ._seams import LIBRARIES, Integration, Seam
-from .ds_accelerator import accelerator_for, deepspeed_ships_class, registry_accelerator
+from .ds_accelerator import (
+    EXPORTED,
+    accelerator_for,
+    deepspeed_ships_class,
+    keep_inherited_masks,
+    registry_accelerator,
+)
 
 __all__ = [
     "INTEGRATION",
@@ -72,22 +95,62 @@ def _initialize(original: Any) -> Any:
 
 
 # -- handing DeepSpeed the registry's accelerator ------------------------------------------
+class _Refused:
+    """DeepSpeed's accelerator when accelreg refused to choose one (a present but failing
+    backend in a process a launcher started): any use of it raises that :class:`DeviceError`,
+    so the job stops where DeepSpeed first needs a device instead of falling back to its cpu
+    accelerator. (``import deepspeed`` itself may be that place: some DeepSpeed modules ask at
+    import.)"""
+
+    def __init__(self, reason: str) -> None:
+        self.__dict__["_reason"] = reason
+
+    def __getattr__(self, name: str) -> Any:
+        reason = self.__dict__["_reason"]
+        raise DeviceError(f"DeepSpeed needs its accelerator ({name}), but accelreg hands it none: {reason}")
+
+    def __repr__(self) -> str:
+        return f"<no DeepSpeed accelerator: accelreg refused ({self.__dict__['_reason']})>"
+
+
+def _requested(snap: Snapshot, value: str) -> Backend | None:
+    """The registry backend ``DS_ACCELERATOR=value`` names when DeepSpeed has no accelerator of
+    that name (``None``: DeepSpeed's own choice, or a name the registry does not know either)."""
+    if deepspeed_ships_class(value):
+        return None
+    return snap.by_name.get(value) or next((b for b in snap.order if b.device_type == value), None)
+
+
 def _hand_over(real: Any) -> None:
-    """Give DeepSpeed the accelerator of the registry's current backend (idempotent)."""
+    """Give DeepSpeed the accelerator of the registry's current backend (idempotent), chosen
+    under the launcher rule; when that rule refuses (or strict mode does), DeepSpeed gets a
+    :class:`_Refused` stand-in and the :class:`DeviceError` is raised."""
 
     _state.pop("error", None)
-    if os.environ.get("DS_ACCELERATOR"):
-        return  # the user's explicit DeepSpeed choice wins; the report shows any mismatch
-    backend = registry.get().current()
+    snap = registry.get()
+    try:
+        env = os.environ.get("DS_ACCELERATOR")
+        if env:
+            backend = _requested(snap, env)
+            if backend is None:
+                return  # the user's explicit DeepSpeed choice wins; the report shows any mismatch
+            why = f"DS_ACCELERATOR={env}: a registry backend DeepSpeed does not know"
+        else:
+            backend = current_in_use(snap)
+            why = f"the registry chose {backend.name}"
+        current = real.ds_accelerator
+        if current is not None and current is _state.get("handed") and _state.get("backend") == backend.name:
+            return
+        accelerator = accelerator_for(backend.name)
+    except DeviceError as exc:
+        if snap.launcher is not None or snap.settings.strict:
+            _install(real, _Refused(str(exc)), None, "refused")
+        raise
+    _export_accelreg(accelerator)
+    keep_inherited_masks(accelerator, backend.name)
     current = real.ds_accelerator
-    if current is not None and current is _state.get("handed") and _state.get("backend") == backend.name:
-        return
-    accelerator = accelerator_for(backend.name)
     ours_before = _state.get("handed")
-    if ours_before is None:
-        _state["previous"] = current
-    real.set_accelerator(accelerator)
-    _state.update(handed=accelerator, backend=backend.name)
+    _install(real, accelerator, backend.name, why)
     if current is not None and current is not ours_before and "deepspeed.runtime" in sys.modules:
         log.info(
             "accelreg: handed DeepSpeed the %s accelerator after DeepSpeed had picked %s; a few DeepSpeed "
@@ -95,6 +158,32 @@ def _hand_over(real: Any) -> None:
             backend.name,
             getattr(current, "_name", current),
         )
+
+
+def _install(real: Any, accelerator: Any, backend: str | None, why: str) -> None:
+    if "handed" not in _state:
+        _state["previous"] = real.ds_accelerator
+    if isinstance(accelerator, _Refused):
+        real.ds_accelerator = accelerator  # set_accelerator accepts only a DeepSpeedAccelerator
+    else:
+        real.set_accelerator(accelerator)
+    _state.update(handed=accelerator, backend=backend, why=why)
+
+
+def _export_accelreg(accelerator: Any) -> None:
+    """Make ``accelerator.export_envs()`` include accelreg's variables (:data:`EXPORTED`):
+    DeepSpeed's runner exports the variables with those prefixes to the nodes it starts over
+    pdsh, ssh or MPI, so the processes there are registry-aware too. (Set on the instance
+    accelreg built; DeepSpeed's class is left as it is.)"""
+    original = accelerator.export_envs
+    missing = [name for name in EXPORTED if name not in original()]
+    if not missing:
+        return
+
+    def export_envs() -> list[str]:
+        return [*original(), *missing]
+
+    accelerator.export_envs = export_envs
 
 
 def _take_back() -> None:
@@ -112,13 +201,17 @@ def _on_enable() -> None:
 
 def _early(module: Any) -> None:
     """Before DeepSpeed's first ``get_accelerator()``: hand it the registry's accelerator.
-    Runs inside the user's ``import deepspeed``, so a failure is a warning here (``enable()``,
-    at the end of that import, reports it again)."""
+    Runs inside the user's ``import deepspeed``, so nothing is raised from here (``enable()``,
+    at the end of that import, reports a failure again); a refusal under a launcher raises
+    from DeepSpeed's first use of its accelerator instead (:class:`_Refused`)."""
     try:
         _hand_over(module)
     except Exception as exc:  # noqa: BLE001 - never break the user's import from here
         _state["error"] = f"{type(exc).__name__}: {exc}"
-        log.warning("accelreg: could not hand DeepSpeed the registry's accelerator: %s", exc)
+        if isinstance(_state.get("handed"), _Refused):
+            log.error("accelreg: DeepSpeed gets no accelerator, its first use of one raises: %s", exc)
+        else:
+            log.warning("accelreg: could not hand DeepSpeed the registry's accelerator: %s", exc)
 
 
 def prepare() -> None:
@@ -129,9 +222,11 @@ def prepare() -> None:
 
 
 def unprepare() -> None:
-    """Forget a pending :func:`prepare` (``accelreg.integrations.uninstall()`` calls it)."""
+    """Forget a pending :func:`prepare` and give DeepSpeed back what it had, also after a
+    hand-over that refused (``accelreg.integrations.uninstall()`` calls it)."""
 
     _postimport.cancel(_REAL)
+    _take_back()
 
 
 # -- the report ----------------------------------------------------------------------------
@@ -151,13 +246,19 @@ def accelerator_report() -> dict[str, Any]:
     ``agree``, ``DS_ACCELERATOR``, ``error`` (a failed hand-over) and ``summary`` (one line).
     """
 
-    backend = registry.get().current()
+    snap = registry.get()
+    backend = snap.current()
     env = os.environ.get("DS_ACCELERATOR") or None
     real = sys.modules.get(_REAL)
     current = getattr(real, "ds_accelerator", None) if real is not None else None
     collectives = backend.spec.dist_backend
     unknown = "undeclared by the backend's plugin"
-    if current is not None:
+    requested = _requested(snap, env) if env else None
+    if isinstance(current, _Refused):
+        name, implementation, collectives = "none", "no accelerator", None
+        reason = current.__dict__["_reason"]
+        how = f"refused by accelreg, DeepSpeed's first use of its accelerator raises: {reason}"
+    elif current is not None:
         name = str(getattr(current, "_name", type(current).__name__))
         implementation = _describe(current)
         try:
@@ -165,11 +266,20 @@ def accelerator_report() -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a report line must not raise
             collectives = None
         if current is _state.get("handed"):
-            how = f"handed over by accelreg (the registry chose {_state['backend']})"
+            how = f"handed over by accelreg ({_state['why']})"
+        elif requested is not None:
+            how = (
+                f"chosen by DeepSpeed itself; DS_ACCELERATOR={env} names a registry backend DeepSpeed does "
+                "not know: accelreg hands it over once enabled"
+            )
         elif env:
             how = f"chosen by DeepSpeed from DS_ACCELERATOR={env} (set by the user; accelreg leaves it)"
         else:
             how = "chosen by DeepSpeed itself (accelreg's DeepSpeed integration has not handed it over)"
+    elif requested is not None:
+        name, implementation = requested.device_type, "accelreg's registry accelerator"
+        collectives = requested.spec.dist_backend
+        how = f"DS_ACCELERATOR={env} names a registry backend DeepSpeed does not know: accelreg hands it over"
     elif env:
         name, implementation = env, "DeepSpeed's own"
         collectives, unknown = None, "not known before DeepSpeed picks"

@@ -6,8 +6,17 @@ availability, memory totals, the collective backend and the visible-devices vari
 the registry (the backend's plugin); streams, events, RNG, memory statistics and
 synchronisation come from the backend's torch device module (``torch.<device_type>``), with
 host-side fallbacks where a runtime lacks a function (the host generator for RNG, ``0`` for an
-unknown statistic, a no-op ``synchronize``). No DeepSpeed op builders exist for such a
-backend: ``create_op_builder`` answers ``None``, DeepSpeed's "not available".
+unknown statistic, a no-op ``synchronize``). DeepSpeed has no op builders for such a backend:
+``get_op_builder``/``create_op_builder`` answer a stand-in builder that is never compatible
+(so DeepSpeed's optional kernels stay off) and whose ``load()`` raises ``NotImplementedError``
+naming the kernel and the torch alternative — never a builder for another device.
+
+DeepSpeed's launcher asks the same object, in its own processes: ``device_count()`` (one rank
+per device; it answers for the *current* value of the backend's visible-devices variable, which
+DeepSpeed's runner removes after turning it into ``--include``), ``visible_devices_envs()`` /
+``set_visible_devices_envs()`` (the backend's own variable; DeepSpeed's slot ids are positions
+in a mask the node's launch process inherited, so ``accelreg run --devices`` is never widened
+or replaced) and ``export_envs()`` (accelreg's settings, for the nodes it starts over ssh).
 
 :func:`deepspeed_class_for` builds DeepSpeed's *own* class for a device type when DeepSpeed
 ships one (the ``<type>_accelerator`` module next to DeepSpeed's abstract class), and
@@ -26,14 +35,37 @@ import importlib.util
 import inspect
 import logging
 import os
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import registry
+from ..config import KEYS
 from ..errors import DeviceError, IntegrationError
 from ..resolution import current_in_use
+from ..types import BackendSpec
 
-__all__ = ["accelerator_for", "deepspeed_class_for", "deepspeed_ships_class", "registry_accelerator"]
+__all__ = [
+    "EXPORTED",
+    "accelerator_for",
+    "deepspeed_class_for",
+    "deepspeed_ships_class",
+    "keep_inherited_masks",
+    "registry_accelerator",
+    "slots_under_mask",
+]
+
+#: accelreg's variables that DeepSpeed's runner exports to the nodes it starts over pdsh, ssh or
+#: MPI (prefixes, as DeepSpeed matches them): the start-up switches (``ACCELREG_RUN``,
+#: ``ACCELREG_AUTO_INSTALL``) and every configuration variable — a job's settings, not a
+#: plugin's own variables (``ACCELREG_EMU_*``) or a mask: a node's devices are its own.
+EXPORTED: tuple[str, ...] = (
+    "ACCELREG_RUN",
+    "ACCELREG_AUTO_INSTALL",
+    "ACCELREG_CONFIG",
+    *(key.env for key in KEYS.values()),
+)
 
 log = logging.getLogger("accelreg.integrations.deepspeed")
 
@@ -93,6 +125,51 @@ def deepspeed_class_for(device_type: str) -> Any | None:
             f"deepspeed: DeepSpeed's own {device_type} accelerator cannot be built here: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+# -- DeepSpeed's launcher: slots and masks ---------------------------------------------------
+def slots_under_mask(spec: BackendSpec, environ: Mapping[str, str], slots: Sequence[int | str]) -> list[str]:
+    """The physical ids DeepSpeed's slots ``slots`` stand for on a node whose launch process has
+    ``environ``: the slots themselves, or — under a mask of ``spec``'s visible-devices variable
+    that process inherited (``accelreg run --devices 1,3``) — the mask's devices at those
+    positions, so a job never leaves the devices it was given. Raises :class:`DeviceError` for a
+    mask that cannot be read and for a slot it does not have."""
+    ids = [str(i) for i in slots]
+    var = spec.visible_devices_var
+    inherited = environ.get(var) if var else None
+    if inherited is None:
+        return ids
+    parsed, problem = registry.parse_visible(spec, inherited)
+    if parsed is None:
+        raise DeviceError(f"{var}={inherited!r} cannot be read: {problem}")
+    outside = [i for i in ids if not i.isdecimal() or int(i) >= len(parsed)]
+    if outside:
+        raise DeviceError(
+            f"DeepSpeed asks for slot(s) {', '.join(outside)} of {spec.name}, but {var}={inherited!r} "
+            f"gives this node {len(parsed)} device(s) ({', '.join(parsed) or 'none'}); slots are "
+            "positions in that mask"
+        )
+    return [parsed[int(i)] for i in ids]
+
+
+def keep_inherited_masks(accelerator: Any, backend: str) -> None:
+    """Make DeepSpeed's own accelerator class (an instance accelreg built for ``backend``) read
+    DeepSpeed's slots as :func:`slots_under_mask` does, as the registry accelerator does: left
+    alone it overwrites a mask the node's launch process inherited with the slot ids, another
+    physical device. Set on the instance; a no-op for the registry accelerator and for a class
+    that masks another variable than the backend's."""
+    if isinstance(accelerator, _RegistryAccelerator):
+        return
+    spec = registry.get().backend(backend).spec
+    var = spec.visible_devices_var
+    if var is None or var not in accelerator.visible_devices_envs():
+        return
+    original = accelerator.set_visible_devices_envs
+
+    def set_visible_devices_envs(current_env: dict[str, str], local_accelerator_ids: list[int]) -> None:
+        original(current_env, slots_under_mask(spec, current_env, local_accelerator_ids))
+
+    accelerator.set_visible_devices_envs = set_visible_devices_envs
 
 
 # -- the registry's accelerator -------------------------------------------------------------
@@ -155,11 +232,16 @@ class _RegistryAccelerator:
         spec = chosen.spec
         self.backend = chosen.name
         self._name = chosen.device_type
+        self._spec = spec
         self._communication_backend_name = spec.dist_backend
         self._compile_backend = "inductor"
         self._indexed = spec.indexed
         self._visible_var = spec.visible_devices_var
         self._count = chosen.count
+        #: the mask the count was probed under, and counts taken since under other masks
+        self._mask = snap.environ.get(self._visible_var) if self._visible_var else None
+        self._counts: dict[str | None, int] = {self._mask: self._count}
+        self._timeout = snap.settings.probe_timeout
         self._devices = tuple(chosen.device(i) for i in range(self._count))
         self._names = tuple(str(d) for d in self._devices)
         self._memory = chosen.memory
@@ -237,7 +319,35 @@ class _RegistryAccelerator:
         return self._names[int(self._current())]
 
     def device_count(self) -> int:
-        return self._count
+        """Devices under the backend's visible-devices variable as it is *now*. DeepSpeed's runner
+        turns a mask into ``--include`` and removes it before it counts a node's slots, as if
+        the runtime had not started yet; a runtime reads its mask once, so a count under another
+        mask is taken in a fresh interpreter (once per value)."""
+        var = self._visible_var
+        mask = os.environ.get(var) if var else None
+        if mask not in self._counts:
+            self._counts[mask] = self._count_elsewhere()
+        return self._counts[mask]
+
+    def _count_elsewhere(self) -> int:
+        env = {k: v for k, v in os.environ.items() if k not in ("ACCELREG_RUN", "ACCELREG_AUTO_INSTALL")}
+        code = "import sys, accelreg; print(accelreg.device_count(sys.argv[1]))"
+        mask = os.environ.get(self._visible_var or "")
+        where = f"{self.backend}: counting its devices under {self._visible_var}={mask!r}"
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", code, self.backend],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=2 * self._timeout + 30,
+            )
+        except (subprocess.SubprocessError, OSError) as exc:
+            raise DeviceError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
+        words = proc.stdout.split()
+        if proc.returncode != 0 or not words or not words[-1].isdecimal():
+            raise DeviceError(f"{where} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        return int(words[-1])
 
     def synchronize(self, device_index: int | None = None) -> None:
         if self._synchronize is not None:
@@ -453,14 +563,29 @@ class _RegistryAccelerator:
         return BuildExtension
 
     def export_envs(self) -> list[str]:
-        return [self._visible_var] if self._visible_var else []
+        """Prefixes of the variables DeepSpeed's runner exports to other nodes: accelreg's
+        (:data:`EXPORTED`) and, as DeepSpeed's own vendor accelerators do, the library paths."""
+        return [*EXPORTED, "LD_LIBRARY", "PATH"]
 
     def visible_devices_envs(self) -> list[str]:
         return [self._visible_var] if self._visible_var else []
 
     def set_visible_devices_envs(self, current_env: dict[str, str], local_accelerator_ids: list[int]) -> None:
-        for var in self.visible_devices_envs():
-            current_env[var] = ",".join(map(str, local_accelerator_ids))
+        """Give this node's ranks devices ``local_accelerator_ids`` (DeepSpeed's slots) through the
+        backend's variable. Under a mask the process inherited (``accelreg run --devices 1,3``)
+        slot ``i`` is the mask's ``i``-th device: the job never leaves the devices it was given.
+        Raises :class:`DeviceError` for a slot the mask does not have, and for slots other than
+        ``0..n-1`` on a backend without a visible-devices variable (nothing could select them)."""
+        ids = [str(i) for i in local_accelerator_ids]
+        var = self._visible_var
+        if var is None:
+            if ids != [str(i) for i in range(len(ids))]:
+                raise DeviceError(
+                    f"{self.backend} has no visible-devices variable: DeepSpeed cannot give this node's "
+                    f"ranks devices {', '.join(ids)} (each rank uses device LOCAL_RANK, so only 0..n-1)"
+                )
+            return
+        current_env[var] = ",".join(slots_under_mask(self._spec, current_env, ids))
 
     def get_compile_backend(self) -> str:
         return self._compile_backend

@@ -17,9 +17,12 @@ from :mod:`.masks` on first use.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# ``typing`` is not imported at run time: the start-up hook imports this in every job process.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from .masks import check_devices_exist, run, visible_devices_env
 
 __all__ = ["check_devices_exist", "run", "visible_devices_env"]

@@ -18,9 +18,12 @@ an import); in strict mode it is raised by the next accelreg integration call.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from ..integrations import HOSTS, _postimport, install
+
+TYPE_CHECKING = False  # nothing Python has not loaded at start-up (see docs/benchmarks.md)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["ENV_AUTO_INSTALL", "ENV_RUN", "arm", "armed", "watched"]
 

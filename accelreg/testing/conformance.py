@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +16,30 @@ from accelreg import registry
 from accelreg.types import PlacementRule
 
 __all__ = ["BackendConformance"]
+
+#: Run in a fresh interpreter under a visible-devices mask: what the registry and the runtime see.
+_UNDER_MASK = """
+import json, sys
+import accelreg
+from accelreg import registry
+backend, settings = sys.argv[1], json.loads(sys.argv[2])
+if settings:
+    accelreg.configure(**settings)
+b = registry.get().backend(backend)
+out = {"registry": b.count, "reason": b.probe().availability.reason}
+import torch
+mod = getattr(torch, b.device_type, None)
+out["module"] = mod is not None
+if mod is not None:
+    out["runtime"] = int(mod.device_count()) if hasattr(mod, "device_count") else None
+    try:
+        out["is_available"] = repr(mod.is_available())
+    except Exception as exc:
+        out["is_available"] = f"raised {type(exc).__name__}: {exc}"
+memory = b.memory(0) if b.count else None
+out["total0"] = memory.total if memory is not None else None
+print(json.dumps(out))
+"""
 
 
 class BackendConformance:
@@ -27,8 +55,13 @@ class BackendConformance:
     Every check runs against the real runtime in the current process: availability with a
     reason, device count, resolve round trips for every index, a tensor allocated and read
     back on each device, memory info consistent with an allocation, visible-devices parsing,
-    the runtime's versions and each device's name (what ``accelreg env`` shows), and
-    well-formed placement rules.
+    the runtime's versions and each device's name (what ``accelreg env`` shows),
+    ``torch.<device_type>.is_available()`` answering (never raising), and well-formed placement
+    rules. One check starts fresh interpreters: under the backend's visible-devices variable
+    naming one device, the registry *and the runtime* (``torch.<device_type>.device_count()``)
+    must see exactly that device — a runtime that ignores its mask would put every rank of a
+    job on the same devices — and, where the devices' memory totals tell them apart, logical
+    device 0 must be the physical device named.
 
     Class attributes a vendor may set:
 
@@ -172,6 +205,91 @@ class BackendConformance:
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items())
         if b.spec.device_name is not None:
             assert all(names), f"device_name answered no name for some device: {names}"
+
+    def test_device_module_answers_is_available(self) -> None:
+        """transformers, accelerate and DeepSpeed ask ``torch.<device_type>.is_available()`` to
+        decide; an exception there breaks their import or their device choice."""
+        import torch
+
+        info = self._info()
+        module = getattr(torch, info.device_type, None)
+        assert module is not None, (
+            f"torch.{info.device_type} does not exist once {self.backend} is probed: the runtime must "
+            "register its device module (torch._register_device_module)"
+        )
+        fn = getattr(module, "is_available", None)
+        assert callable(fn), f"torch.{info.device_type} has no is_available()"
+        try:
+            answer = fn()
+        except Exception as exc:  # noqa: BLE001 - the finding this check reports
+            pytest.fail(
+                f"torch.{info.device_type}.is_available() raised {type(exc).__name__}: {exc}; it must answer "
+                "True or False",
+                pytrace=False,
+            )
+        assert answer is True, (
+            f"torch.{info.device_type}.is_available() answered {answer!r} on an available backend"
+        )
+
+    def _single_device_values(self, count: int) -> list[tuple[str, int]]:
+        """Values of the visible-devices variable that name one physical device: ``(value, id)``."""
+        out = []
+        for physical in range(min(count, 2)):
+            if self.visible_devices_samples is None:
+                out.append((str(physical), physical))
+                continue
+            for value, expected in self.visible_devices_samples:
+                if tuple(expected) == (str(physical),):
+                    out.append((value, physical))
+                    break
+        return out
+
+    def test_runtime_honours_its_visible_devices_variable(self) -> None:
+        """In fresh interpreters masked to one device: the runtime and the registry see exactly
+        it, and (where the devices' memory totals differ) as logical device 0."""
+        info = self._info()
+        var = info.visible_devices_var
+        if var is None:
+            pytest.skip(f"{self.backend} declares no visible-devices variable")
+        values = self._single_device_values(info.device_count)
+        assert values, (
+            "visible_devices_samples has no value naming device 0 alone (expected ids ('0',)); add one"
+        )
+        b = registry.get().backend(self.backend)
+        totals = []
+        for i in range(info.device_count):
+            memory = b.memory(i)
+            totals.append(memory.total if memory is not None else None)
+        for value, physical in values:
+            env = {k: v for k, v in os.environ.items() if k != var}
+            env[var] = value
+            proc = subprocess.run(
+                [sys.executable, "-c", _UNDER_MASK, self.backend, json.dumps(self.settings)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert proc.returncode == 0, f"{var}={value!r}: the child failed\n{proc.stderr[-3000:]}"
+            got = json.loads(proc.stdout.splitlines()[-1])
+            where = f"in a process with {var}={value!r} (physical device {physical} only)"
+            assert got["module"], f"{where} torch.{info.device_type} does not exist"
+            assert got["runtime"] == 1, (
+                f"{where} torch.{info.device_type}.device_count() is {got['runtime']}: the runtime ignores "
+                f"{var}, so every rank of a job would see every device"
+            )
+            assert got["registry"] == 1, (
+                f"{where} the registry counts {got['registry']} {self.backend} device(s): {got['reason']}"
+            )
+            assert got["is_available"] == "True", (
+                f"{where} torch.{info.device_type}.is_available(): {got['is_available']}"
+            )
+            distinct = None not in totals and len(set(totals)) == len(totals)
+            if distinct:
+                assert got["total0"] == totals[physical], (
+                    f"{where} logical device 0 has {got['total0']} bytes, but physical device {physical} has "
+                    f"{totals[physical]}: the runtime does not map the mask's device to logical 0"
+                )
 
     def test_placement_rules_well_formed(self) -> None:
         rules = registry.get().rules(self.backend)

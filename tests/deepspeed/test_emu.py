@@ -208,6 +208,18 @@ def test_deepspeed_gets_the_registrys_accelerator_on_npu() -> None:
         assert type(npu).__name__ == "NPU_Accelerator" and npu.device_name(1) == "npu:1"
         assert npu.communication_backend_name() == accelreg.dist_backend() == "hccl"
         assert integration.accelerator_report()["agree"]
+        # DeepSpeed's launcher on another node: accelreg's variables travel with its exports ...
+        assert "ACCELREG_RUN" in npu.export_envs() and "ASCEND" in npu.export_envs()
+        # ... and a node's inherited mask (accelreg run --devices 1) keeps its device: slot 0 is
+        # physical 1, where DeepSpeed's class alone would write ASCEND_RT_VISIBLE_DEVICES=0
+        env = {"ASCEND_RT_VISIBLE_DEVICES": "1"}
+        npu.set_visible_devices_envs(env, [0])
+        assert env == {"ASCEND_RT_VISIBLE_DEVICES": "1"}
+        env = {}
+        npu.set_visible_devices_envs(env, [1, 0])
+        assert env == {"ASCEND_RT_VISIBLE_DEVICES": "1,0"}  # no mask: slots are physical ids
+        with pytest.raises(accelreg.DeviceError, match="slots are positions in that mask"):
+            npu.set_visible_devices_envs({"ASCEND_RT_VISIBLE_DEVICES": "1"}, [1])
     finally:
         integration.disable()
     assert real_accelerator.ds_accelerator is None, "disable() did not restore DeepSpeed's own state"

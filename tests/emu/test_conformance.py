@@ -13,7 +13,8 @@ from accelreg.testing import BackendConformance
 
 pytestmark = pytest.mark.emu
 
-_KW = {"devices": 2, "memory": "256MiB"}
+# distinct sizes: the kit's mask check then also sees *which* physical device became logical 0
+_KW = {"devices": 2, "memory": "256MiB,320MiB"}
 
 
 @pytest.mark.accelreg_emu(name="emu", **_KW)
@@ -65,3 +66,111 @@ TestMluPlugin, TestMluBuiltin = _classes("mlu")
 TestMusaPlugin, TestMusaBuiltin = _classes("musa")
 TestSdaaPlugin, TestSdaaBuiltin = _classes("sdaa")
 TestHpuPlugin, TestHpuBuiltin = _classes("hpu")
+
+
+# -- the kit catches runtimes that break the contract -------------------------------------------
+_MASK_IGNORED = """
+import accelreg
+from accelreg.types import Availability, BackendSpec
+
+
+def _available():
+    import accelreg_emu
+
+    accelreg_emu.activate()
+    return Availability.yes("the emulator, masked by a variable it never reads")
+
+
+def _count():
+    import torch
+
+    return torch.emu.device_count()
+
+
+@accelreg.hookimpl
+def accelreg_backends():
+    yield BackendSpec(
+        name="acme",
+        priority=1,
+        device_type="emu",
+        is_available=_available,
+        device_count=_count,
+        visible_devices_var="ACME_VISIBLE_DEVICES",
+    )
+"""
+
+
+def _emulated(monkeypatch: pytest.MonkeyPatch, site: object = None) -> None:
+    import os
+
+    monkeypatch.setenv("ACCELREG_EMU_NAME", "emu")
+    monkeypatch.setenv("ACCELREG_EMU_DEVICES", "2")
+    monkeypatch.setenv("ACCELREG_EMU_MEMORY", _KW["memory"])
+    if site is not None:
+        monkeypatch.setenv(
+            "PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+        )
+
+
+def test_the_kit_fails_a_runtime_that_ignores_its_visible_devices_variable(pytester, monkeypatch):
+    """A vendor runtime that never reads the variable its plugin declares passed the kit before;
+    every rank of a job would then share every device."""
+    from tests._fakes import make_dist
+
+    _emulated(
+        monkeypatch,
+        make_dist(pytester.path / "site", "acme-accel", "1.0", "acme_plugin", _MASK_IGNORED, "acme"),
+    )
+    pytester.makepyfile(
+        """
+        from accelreg.testing import BackendConformance
+
+        class TestIgnoresItsMask(BackendConformance):
+            backend = "acme"
+
+        class TestHonoursItsMask(BackendConformance):
+            backend = "emu"
+        """
+    )
+    result = pytester.runpytest_subprocess("-k", "test_runtime_honours_its_visible_devices_variable")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*TestIgnoresItsMask*",
+            "*ACME_VISIBLE_DEVICES='0'*torch.emu.device_count() is 2: the runtime ignores ACME_VISIBLE_DEVICES*",
+        ]
+    )
+
+
+def test_the_kit_fails_an_is_available_that_raises(pytester, monkeypatch):
+    _emulated(monkeypatch)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        import accelreg
+        from accelreg.testing import BackendConformance
+
+        class TestRaises(BackendConformance):
+            backend = "emu"
+
+            @pytest.fixture(autouse=True)
+            def _driver_not_ready(self, monkeypatch):
+                import torch
+
+                accelreg.device_count("emu")  # the runtime is up: torch.emu exists
+
+                def is_available():
+                    raise RuntimeError("driver not initialised")
+
+                monkeypatch.setattr(torch.emu, "is_available", is_available)
+
+        class TestAnswers(BackendConformance):
+            backend = "emu"
+        """
+    )
+    result = pytester.runpytest_subprocess("-k", "test_device_module_answers_is_available")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*TestRaises*", "*torch.emu.is_available() raised RuntimeError: driver not initialised*"]
+    )
