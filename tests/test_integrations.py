@@ -72,7 +72,15 @@ needs_check_and_set = pytest.mark.skipif(
     reason=f"transformers {transformers.__version__} normalises device_map inline in from_pretrained "
     "(no check_and_set_device_map seam)",
 )
-PREFIXES = ("transformers", "accelerate", "peft", "deepspeed")
+PREFIXES = (
+    "transformers",
+    "accelerate",
+    "peft",
+    "deepspeed",
+    "lightning",
+    "lightning_fabric",
+    "pytorch_lightning",
+)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -216,7 +224,15 @@ class Snapshot:
 
 # -- enable / disable ---------------------------------------------------------------------
 #: At least this many holders per integration (the defining modules plus by-name importers).
-MIN_HOLDERS = {"accelerate": 12, "transformers": 5, "peft": 6, "deepspeed": 1}
+MIN_HOLDERS = {
+    "accelerate": 12,
+    "transformers": 5,
+    "peft": 6,
+    "deepspeed": 1,
+    "lightning": 14,  # 2.2 has no model_parallel strategies (2.6: 16)
+    "lightning_fabric": 10,  # (2.6: 12)
+    "pytorch_lightning": 4,
+}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -339,7 +355,15 @@ def _fake_version(monkeypatch, distribution, version):
     monkeypatch.setattr(metadata, "version", version_of)
 
 
-UNTESTED = {"accelerate": "1.17.0", "transformers": "5.26.0", "peft": "0.22.0", "deepspeed": "0.20.0"}
+UNTESTED = {
+    "accelerate": "1.17.0",
+    "transformers": "5.26.0",
+    "peft": "0.22.0",
+    "deepspeed": "0.20.0",
+    "lightning": "2.7.0",
+    "lightning_fabric": "2.7.0",
+    "pytorch_lightning": "2.7.0",
+}
 
 
 @pytest.fixture
@@ -1083,7 +1107,8 @@ def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels()
         REAL = "deepspeed.accelerator.real_accelerator"
         names = accelreg.install()
         before = _postimport.pending(REAL)
-        loaded = [m for m in ("transformers", "accelerate", "peft", "deepspeed") if m in sys.modules]
+        loaded = [m for m in ("transformers", "accelerate", "peft", "deepspeed", "lightning",
+                              "lightning_fabric", "pytorch_lightning") if m in sys.modules]
         accelreg.integrations.uninstall()
         print(json.dumps({"names": names, "pending": before, "after": _postimport.pending(REAL),
                           "loaded": loaded}))
@@ -1091,7 +1116,7 @@ def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels()
     )
     out = run_python(code, name=None).value
     assert out == {
-        "names": ["accelerate", "transformers", "peft", "deepspeed"],
+        "names": list(NAMES),
         "pending": True,
         "after": False,
         "loaded": [],

@@ -32,7 +32,15 @@ __all__ = [
 
 #: The host libraries, in the order ``install()`` enables them: the name of each integration
 #: module (``accelreg.integrations.<name>``).
-HOSTS: tuple[str, ...] = ("accelerate", "transformers", "peft", "deepspeed")
+HOSTS: tuple[str, ...] = (
+    "accelerate",
+    "transformers",
+    "peft",
+    "deepspeed",
+    "lightning",
+    "lightning_fabric",
+    "pytorch_lightning",
+)
 
 
 def integration(name: str) -> Integration:
