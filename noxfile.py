@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / ".nox-results"
 
 #: The sets (the window: transformers 4.57.x and 5.0-5.25, accelerate 1.10-1.16, peft 0.17-0.21,
-#: DeepSpeed 0.17-0.19.8, bitsandbytes 0.47-0.50). "dev" is the environment as the README sets it
-#: up (no layer): the one the default test suite runs on.
+#: DeepSpeed 0.17-0.19.8, bitsandbytes 0.47-0.50, Lightning 2.2-2.6.6). "dev" is the environment as
+#: the README sets it up (no layer): the one the default test suite runs on.
 _REQUESTS = {"requests": "2.32.5", "urllib3": "2.5.0", "charset-normalizer": "3.4.4", "certifi": "2025.10.5"}
 SETS: dict[str, dict[str, str]] = {
     "oldest": {
@@ -48,6 +48,11 @@ SETS: dict[str, dict[str, str]] = {
         "kernels": "0.9.1",
         "tokenizers": "0.22.1",
         **_REQUESTS,
+        # both import names of Lightning (lightning; pytorch_lightning with lightning_fabric).
+        # Lightning 2.2-2.3 import pkg_resources, which setuptools 81 removed
+        "lightning": "2.2.5",
+        "pytorch-lightning": "2.2.5",
+        "setuptools": "80.9.0",
     },
     "middle": {
         "transformers": "5.3.0",
@@ -63,6 +68,8 @@ SETS: dict[str, dict[str, str]] = {
         "httpx": "0.28.1",
         "httpcore": "1.0.9",
         "certifi": "2025.10.5",
+        "lightning": "2.4.0",
+        "pytorch-lightning": "2.4.0",
     },
     "dev": {},
     "newest": {
@@ -73,11 +80,14 @@ SETS: dict[str, dict[str, str]] = {
         "peft": "0.21.2",
         "deepspeed": "0.19.8",
         "bitsandbytes": "0.50.2",
+        "lightning": "2.6.6",
+        "pytorch-lightning": "2.6.6",
     },
 }
 
-#: What each set runs: the integrations, import safety, placement, the patch-free path and the
-#: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator).
+#: What each set runs: the integrations, import safety, placement, the patch-free path, the
+#: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator) and Lightning
+#: (its Trainer and Fabric on the emulated npu, 2-process DDP included).
 MATRIX_TESTS = [
     "tests/test_integrations.py",
     "tests/test_import_safety.py",
@@ -87,6 +97,8 @@ MATRIX_TESTS = [
     "tests/deepspeed/test_seed000.py",
     "tests/deepspeed/test_accelerator.py",
     "tests/deepspeed/test_zero.py",
+    "tests/test_lightning.py",
+    "tests/emu/test_lightning_emu.py",
     "-k",
     # the integration subset (not the thread and env runs the default suite has), seed 002 on one
     # emulated backend (the default suite runs three), seed 000 stock and with install(), the
@@ -196,11 +208,13 @@ def survey(session: nox.Session) -> None:
         "transformers": ["4.57.0", "4.57.6"] + [f"5.{m}" for m in range(26)],
         "accelerate": [f"1.{m}" for m in range(10, 17)],
         "peft": [f"0.{m}" for m in range(17, 22)],
+        "lightning": [f"2.{m}" for m in range(2, 7)] + ["2.2.0", "2.5.2", "2.5.5"],
+        "pytorch-lightning": [f"2.{m}" for m in range(2, 7)],
     }
     for dist, minors in releases.items():
         for minor in minors:
             spec = f"{dist}=={minor}" if minor.count(".") == 2 else f"{dist}~={minor}.0"
-            if not list(wheels.glob(f"{dist}-{minor}*.whl")):
+            if not list(wheels.glob(f"{dist.replace('-', '_')}-{minor}*.whl")):
                 session.run(
                     "python",
                     "-m",
