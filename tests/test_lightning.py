@@ -161,7 +161,7 @@ def test_an_accelerator_package_registering_the_same_name_replaces_accelreg_s_en
     AcceleratorRegistry.register("xpu", VendorXPU)  # stock Lightning: "already present" when taken
     try:
         assert AcceleratorRegistry["xpu"]["accelerator"] is VendorXPU
-        assert "xpu" not in ar_lightning.registered_names()["lightning.pytorch"]
+        assert "xpu" not in ar_lightning.registered_names().get("lightning.pytorch", [])
         ar_lightning.disable()
         assert AcceleratorRegistry["xpu"]["accelerator"] is VendorXPU  # not accelreg's to remove
     finally:
@@ -197,10 +197,29 @@ def test_auto_is_the_cpu_only_when_the_registry_says_cpu(monkeypatch):
     ar_lightning.enable()
     trainer = L.Trainer(accelerator="auto", devices=1, **QUIET)
     assert type(trainer.accelerator) is CPUAccelerator  # nothing else here: Lightning's own cpu
+    assert ar_lightning.registered_names() == {}  # no backend here: Lightning's registries as they were
+    ar_lightning.disable()
     monkeypatch.setenv("ACCELREG_DISABLE", "xpu")
     accelreg.reset()
     accelreg.register(plugin(_xpu()), "fakeplugin_xpu")
+    ar_lightning.enable()
     assert type(L.Trainer(accelerator="auto", **QUIET).accelerator) is CPUAccelerator
+    assert "xpu" not in ar_lightning.registered_names().get("lightning.pytorch", [])  # disabled: not here
+
+
+def test_auto_keeps_a_pick_of_lightning_s_ladder_unless_the_user_disabled_that_backend(monkeypatch):
+    """Lightning's ladder sees a GPU the registry does not (mocked here as in Lightning's own
+    tests): its pick stands; with that backend disabled in accelreg, the cpu."""
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    for where in ("lightning.fabric.accelerators.cuda", "lightning.pytorch.accelerators.cuda"):
+        monkeypatch.setattr(f"{where}.num_cuda_devices", lambda: 1)
+    ar_lightning.enable()
+    assert type(L.Trainer(accelerator="auto", devices=1, **QUIET).accelerator) is CUDAAccelerator
+    gpu = CUDAAccelerator.name()
+    monkeypatch.setenv("ACCELREG_DISABLE", gpu)
+    accelreg.reset()
+    assert type(L.Trainer(accelerator="auto", devices=1, **QUIET).accelerator) is CPUAccelerator
 
 
 def test_a_launcher_started_process_with_a_present_failing_backend_is_an_error(monkeypatch):

@@ -14,8 +14,9 @@ for the Trainer (``<root>.trainer.connectors.accelerator_connector._AcceleratorC
 
 * ``_choose_auto_accelerator``: ``accelerator="auto"`` follows the registry's priority (the
   cpu only when the registry says cpu; a launcher-started process whose present backend fails
-  raises :class:`~accelreg.errors.DeviceError`); a pick of Lightning's that the registry has no
-  backend for (its XLA accelerator) is kept when the registry's answer is the cpu.
+  raises :class:`~accelreg.errors.DeviceError`). When the registry finds no accelerator but
+  Lightning's own ladder does (its XLA accelerator, which the registry has no backend for), the
+  ladder's pick stands, unless the user disabled that backend in accelreg's configuration.
 * ``_choose_strategy``: a :class:`RegistryAccelerator` with one device gets a single-device
   strategy *on that device*; several get ``"ddp"`` (``"ddp_fork"`` in a notebook), as Lightning
   does for its own accelerators.
@@ -28,10 +29,12 @@ for the Trainer (``<root>.trainer.connectors.accelerator_connector._AcceleratorC
 * ``_AcceleratorRegistry.register``: a Lightning accelerator package registering a name accelreg
   registered replaces accelreg's entry instead of failing with "already present".
 
-``enable()`` also registers every backend name of the registry that Lightning's registries do
-not have yet (Fabric's ``ACCELERATOR_REGISTRY`` and the Trainer's ``AcceleratorRegistry``) with
-a :class:`RegistryAccelerator` class, so ``accelerator="npu"`` is valid; Lightning's own names
-(cpu, cuda, mps, tpu) and names an extension registered first keep their accelerators.
+``enable()`` also registers the name of every backend that is *here* — available, or present
+but failing — and that Lightning's registries do not have yet (Fabric's ``ACCELERATOR_REGISTRY``
+and the Trainer's ``AcceleratorRegistry``) with a :class:`RegistryAccelerator` class, so
+``accelerator="npu"`` is valid on an npu node (and says why, when npu is there but fails);
+Lightning's own names (cpu, cuda, mps, tpu) and names an extension registered first keep their
+accelerators, and a machine with no such backend keeps Lightning's registries as they are.
 ``disable()`` removes exactly those entries and restores every patched function.
 
 **Three integrations from one seam list.** Lightning ships the same code under two import
@@ -145,9 +148,13 @@ def _choose_auto_accelerator(original: Any) -> Any:
         lightnings = original(*args)
         snap = registry.get()
         current = current_in_use(snap)  # raises under a launcher past a present, failing backend
-        if current.name == "cpu" and lightnings != "cpu" and lightnings not in snap.by_name:
-            return lightnings  # hardware the registry has no backend for (Lightning's XLA)
-        return current.name
+        if current.name != "cpu" or lightnings == "cpu":
+            return current.name
+        # The registry found no accelerator, Lightning's own ladder did: keep Lightning's pick
+        # (hardware the registry has no backend for, like XLA, or sees as unavailable) unless
+        # the user disabled that backend in accelreg's configuration.
+        mine = snap.by_name.get(lightnings)
+        return "cpu" if mine is not None and mine.blocked is not None else lightnings
 
     return _choose_auto_accelerator
 
@@ -381,10 +388,13 @@ def _register_names(flavor: Flavor) -> None:
         if external is not None:
             external()
     snap = registry.get()
+    # the backends that are here: available, or present but failing (so that asking for one by
+    # name says why it fails); on a machine with neither, Lightning's registries stay as they are
+    here = [b for b in snap.order if b.name != "cpu" and (b.available or b.presence() is not None)]
     for lightning_registry, package in _lightning_registries(flavor):
         ours = _added.setdefault(id(lightning_registry), {})
-        for backend in snap.order:
-            if backend.name == "cpu" or backend.name in lightning_registry:
+        for backend in here:
+            if backend.name in lightning_registry:
                 continue
             cls = accelerator_class(backend.name, (package,))
             lightning_registry.register(
