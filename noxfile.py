@@ -3,7 +3,7 @@
     nox -s "matrix(release_set='oldest')"     # one set (CI runs oldest and newest)
     nox -s matrix                             # every set
     nox -s survey                             # every release in the window, read statically
-    nox -s upstream                           # accelerate's and peft's own suites, stock vs install()
+    nox -s upstream                           # accelerate's, peft's and Lightning's own suites, stock vs install()
     python tools/compat.py table              # docs/compatibility.md from the records
 
 Each release set is *layered* over the environment the README sets up (torch, the emulator and
@@ -234,8 +234,10 @@ def survey(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("release_set", ["newest"])
 def upstream(session: nox.Session, release_set: str) -> None:
-    """accelerate's and peft's own CPU-runnable tests, stock and with ``install()``: fails on
-    any test that passes stock and fails installed (tools/upstream_compare.py)."""
+    """accelerate's, peft's and Lightning's own CPU-runnable tests, stock and with ``install()``:
+    fails on any test that passes stock and fails installed, other than the changes a suite
+    declares as intended (tools/upstream_compare.py). Lightning's tests come from GitHub's tarball
+    of the release tag (``-- --src lightning=PATH`` reads a local clone instead)."""
     folder = layer(session, release_set)
     # the suites' test deps; peft's testing_utils imports datasets, its testing_common diffusers
     # (pinned: neither replaces torch, transformers or huggingface_hub in any set of the window);
