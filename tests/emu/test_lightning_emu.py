@@ -36,7 +36,7 @@ from accelreg.testing.environ import emu_environ
 
 from .._lightning import QUIET, data, params, tiny
 
-pytestmark = pytest.mark.emu
+pytestmark = [pytest.mark.slow, pytest.mark.emu]
 
 DDP_SCRIPT = Path(__file__).with_name("_lightning_ddp.py")
 
