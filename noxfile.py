@@ -3,7 +3,7 @@
     nox -s "matrix(release_set='oldest')"     # one set (CI runs oldest and newest)
     nox -s matrix                             # every set
     nox -s survey                             # every release in the window, read statically
-    nox -s upstream                           # accelerate's and peft's own suites, stock vs install()
+    nox -s upstream                           # accelerate's, peft's and Lightning's own suites, stock vs install()
     python tools/compat.py table              # docs/compatibility.md from the records
 
 Each release set is *layered* over the environment the README sets up (torch, the emulator and
@@ -33,7 +33,7 @@ RESULTS = ROOT / ".nox-results"
 
 #: The sets (the window: transformers 4.57.x and 5.0-5.25, accelerate 1.10-1.16, peft 0.17-0.21,
 #: DeepSpeed 0.17-0.19.8, bitsandbytes 0.47-0.50, Ray 2.50-2.60: 2.50 runs Ray Train 1 by default,
-#: 2.54 and later Train 2). "dev" is the environment as the README sets it
+#: 2.54 and later Train 2; Lightning 2.2-2.6.6). "dev" is the environment as the README sets it
 #: up (no layer): the one the default test suite runs on.
 _REQUESTS = {"requests": "2.32.5", "urllib3": "2.5.0", "charset-normalizer": "3.4.4", "certifi": "2025.10.5"}
 SETS: dict[str, dict[str, str]] = {
@@ -50,6 +50,11 @@ SETS: dict[str, dict[str, str]] = {
         "kernels": "0.9.1",
         "tokenizers": "0.22.1",
         **_REQUESTS,
+        # both import names of Lightning (lightning; pytorch_lightning with lightning_fabric).
+        # Lightning 2.2-2.3 import pkg_resources, which setuptools 81 removed
+        "lightning": "2.2.5",
+        "pytorch-lightning": "2.2.5",
+        "setuptools": "80.9.0",
     },
     "middle": {
         "transformers": "5.3.0",
@@ -66,6 +71,8 @@ SETS: dict[str, dict[str, str]] = {
         "httpx": "0.28.1",
         "httpcore": "1.0.9",
         "certifi": "2025.10.5",
+        "lightning": "2.4.0",
+        "pytorch-lightning": "2.4.0",
     },
     "dev": {},
     "newest": {
@@ -77,11 +84,14 @@ SETS: dict[str, dict[str, str]] = {
         "deepspeed": "0.19.8",
         "bitsandbytes": "0.50.2",
         "ray": "2.60.0",
+        "lightning": "2.6.6",
+        "pytorch-lightning": "2.6.6",
     },
 }
 
-#: What each set runs: the integrations, import safety, placement, the patch-free path and the
-#: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator).
+#: What each set runs: the integrations, import safety, placement, the patch-free path, the
+#: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator) and Lightning
+#: (its Trainer and Fabric on the emulated npu, 2-process DDP included).
 MATRIX_TESTS = [
     "tests/test_integrations.py",
     "tests/test_import_safety.py",
@@ -92,6 +102,8 @@ MATRIX_TESTS = [
     "tests/deepspeed/test_accelerator.py",
     "tests/deepspeed/test_zero.py",
     "tests/emu/test_ray.py",
+    "tests/test_lightning.py",
+    "tests/emu/test_lightning_emu.py",
     "-k",
     # the integration subset (not the thread and env runs the default suite has), seed 002 on one
     # emulated backend (the default suite runs three), seed 000 stock and with install(), the
@@ -204,11 +216,13 @@ def survey(session: nox.Session) -> None:
         "accelerate": [f"1.{m}" for m in range(10, 17)],
         "peft": [f"0.{m}" for m in range(17, 22)],
         "ray": [f"2.{m}" for m in range(50, 61)],
+        "lightning": [f"2.{m}" for m in range(2, 7)] + ["2.2.0", "2.5.2", "2.5.5"],
+        "pytorch-lightning": [f"2.{m}" for m in range(2, 7)],
     }
     for dist, minors in releases.items():
         for minor in minors:
             spec = f"{dist}=={minor}" if minor.count(".") == 2 else f"{dist}~={minor}.0"
-            if not list(wheels.glob(f"{dist}-{minor}*.whl")):
+            if not list(wheels.glob(f"{dist.replace('-', '_')}-{minor}*.whl")):
                 session.run(
                     "python",
                     "-m",
@@ -228,8 +242,10 @@ def survey(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("release_set", ["newest"])
 def upstream(session: nox.Session, release_set: str) -> None:
-    """accelerate's and peft's own CPU-runnable tests, stock and with ``install()``: fails on
-    any test that passes stock and fails installed (tools/upstream_compare.py)."""
+    """accelerate's, peft's and Lightning's own CPU-runnable tests, stock and with ``install()``:
+    fails on any test that passes stock and fails installed, other than the changes a suite
+    declares as intended (tools/upstream_compare.py). Lightning's tests come from GitHub's tarball
+    of the release tag (``-- --src lightning=PATH`` reads a local clone instead)."""
     folder = layer(session, release_set)
     # the suites' test deps; peft's testing_utils imports datasets, its testing_common diffusers
     # (pinned: neither replaces torch, transformers or huggingface_hub in any set of the window);

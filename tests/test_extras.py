@@ -1,4 +1,4 @@
-"""``pip install "accelreg[hf,bnb,deepspeed,ray]"`` changes none of the installed releases (issue 10).
+"""``pip install "accelreg[hf,bnb,deepspeed,ray,lightning]"`` changes none of the installed releases (issue 10).
 
 The extras carry lower bounds only. ``pip install --dry-run --no-index --report`` resolves
 accelreg's requirements against what is installed (in the matrix, the release set's layer is
@@ -39,7 +39,7 @@ def test_installing_the_extras_changes_no_installed_release(tmp_path: Path) -> N
             "--quiet",
             "--report",
             str(report),
-            f"{ROOT}[hf,bnb,deepspeed,ray]",
+            f"{ROOT}[hf,bnb,deepspeed,ray,lightning]",
         ],
         capture_output=True,
         text=True,
@@ -55,7 +55,7 @@ def test_installing_the_extras_changes_no_installed_release(tmp_path: Path) -> N
         for item in json.loads(report.read_text())["install"]
     }
     assert set(planned) == {"accelreg"}, planned
-    for dist in ("transformers", "accelerate", "peft", "deepspeed", "bitsandbytes", "ray"):
+    for dist in ("transformers", "accelerate", "peft", "deepspeed", "bitsandbytes", "ray", "lightning"):
         assert metadata.version(dist)  # every library of the extras is installed here
 
 
@@ -67,7 +67,7 @@ def _check_own_requirements() -> None:
     from packaging.requirements import Requirement
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for extra in ("hf", "bnb", "deepspeed", "ray"):
+    for extra in ("hf", "bnb", "deepspeed", "ray", "lightning"):
         for text in extras[extra]:
             req = Requirement(text)
             version = metadata.version(req.name)

@@ -72,7 +72,16 @@ needs_check_and_set = pytest.mark.skipif(
     reason=f"transformers {transformers.__version__} normalises device_map inline in from_pretrained "
     "(no check_and_set_device_map seam)",
 )
-PREFIXES = ("transformers", "accelerate", "peft", "deepspeed", "ray")
+PREFIXES = (
+    "transformers",
+    "accelerate",
+    "peft",
+    "deepspeed",
+    "ray",
+    "lightning",
+    "lightning_fabric",
+    "pytorch_lightning",
+)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -216,7 +225,17 @@ class Snapshot:
 
 # -- enable / disable ---------------------------------------------------------------------
 #: At least this many holders per integration (the defining modules plus by-name importers).
-MIN_HOLDERS = {"accelerate": 12, "transformers": 5, "peft": 6, "deepspeed": 1, "ray": 5, "ray_train": 5}
+MIN_HOLDERS = {
+    "accelerate": 12,
+    "transformers": 5,
+    "peft": 6,
+    "deepspeed": 1,
+    "ray": 5,
+    "ray_train": 5,
+    "lightning": 14,  # 2.2 has no model_parallel strategies (2.6: 16)
+    "lightning_fabric": 10,  # (2.6: 12)
+    "pytorch_lightning": 4,
+}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -346,6 +365,9 @@ UNTESTED = {
     "deepspeed": "0.20.0",
     "ray": "2.61.0",
     "ray_train": "2.61.0",
+    "lightning": "2.7.0",
+    "lightning_fabric": "2.7.0",
+    "pytorch_lightning": "2.7.0",
 }
 
 
@@ -1090,7 +1112,8 @@ def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels()
         REAL = "deepspeed.accelerator.real_accelerator"
         names = accelreg.install()
         before = _postimport.pending(REAL)
-        loaded = [m for m in ("transformers", "accelerate", "peft", "deepspeed", "ray") if m in sys.modules]
+        loaded = [m for m in ("transformers", "accelerate", "peft", "deepspeed", "ray", "lightning",
+                              "lightning_fabric", "pytorch_lightning") if m in sys.modules]
         accelreg.integrations.uninstall()
         print(json.dumps({"names": names, "pending": before, "after": _postimport.pending(REAL),
                           "loaded": loaded}))
@@ -1098,7 +1121,7 @@ def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels()
     )
     out = run_python(code, name=None).value
     assert out == {
-        "names": ["accelerate", "transformers", "peft", "deepspeed", "ray", "ray_train"],
+        "names": list(NAMES),
         "pending": True,
         "after": False,
         "loaded": [],

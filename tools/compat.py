@@ -3,9 +3,10 @@
     python tools/compat.py record --set oldest --junit .nox-results/oldest.xml
         # in a release set's environment: the versions, each seam's adapter (matched on the
         # live functions), the test outcomes; written to docs/compat/oldest.json
-    python tools/compat.py survey --wheels DIR
+    python tools/compat.py survey --wheels DIR [--merge]
         # every release wheel in DIR (pip download --no-deps ...): each seam's adapter read
-        # statically from the wheel's sources; written to docs/compat/survey.json
+        # statically from the wheel's sources; written to docs/compat/survey.json (--merge keeps
+        # the recorded releases of libraries whose wheels DIR does not hold)
     python tools/compat.py table
         # docs/compatibility.md from docs/compat/*.json
 
@@ -36,8 +37,11 @@ LIBRARIES = {  # integration -> the distribution whose wheels the survey reads
     "deepspeed": "deepspeed",
     "ray": "ray",
     "ray_train": "ray",  # Ray Train's seams: the same wheel
+    "lightning": "lightning",
+    "pytorch_lightning": "pytorch-lightning",
+    "lightning_fabric": "pytorch-lightning",  # bundled there (alone: the lightning-fabric distribution)
 }
-OTHERS = ("bitsandbytes", "kernels", "torch", "huggingface_hub", "tokenizers")
+OTHERS = ("bitsandbytes", "kernels", "torch", "huggingface_hub", "tokenizers", "lightning-fabric")
 
 
 def _version(dist: str) -> str | None:
@@ -87,18 +91,21 @@ def record(args: argparse.Namespace) -> None:
     import accelreg.integrations as integrations
 
     seams = {}
+    releases = {}
     for name, (module, trigger) in integrations.INTEGRATIONS.items():
-        if _version(LIBRARIES[name]) is None:
+        integ = importlib.import_module(module).INTEGRATION
+        if integ.version() is None:
             continue
         importlib.import_module(trigger)
-        integ = importlib.import_module(module).INTEGRATION
         seams[name] = [m.as_dict() | {"reason": m.reason} for m in integ.match()]
+        releases[name] = integ.version()
     out = {
         "set": args.set,
         "date": datetime.date.today().isoformat(),
         "python": sys.version.split()[0],
         "versions": {d: _version(d) for d in (*LIBRARIES.values(), *OTHERS)},
         "seams": seams,
+        "releases": releases,
         "tests": _junit(args.junit),
         "not_runnable": _not_runnable(args.junit),
         "env": {k: os.environ[k] for k in ("USE_HUB_KERNELS",) if k in os.environ},
@@ -119,32 +126,33 @@ def survey(args: argparse.Namespace) -> None:
         m = re.match(r"([A-Za-z_]+)-(\d[^-]*)-", os.path.basename(wheel))
         if m is None:
             continue
-        dist, version = m.group(1).lower(), m.group(2)
-        names = [n for n, d in LIBRARIES.items() if d == dist]
+        dist, version = m.group(1).lower().replace("_", "-"), m.group(2)
+        names = [n for n, d in LIBRARIES.items() if d == dist]  # a wheel may ship several packages
         if not names:
             continue
-        matches = []
         with tempfile.TemporaryDirectory() as tmp:
             with zipfile.ZipFile(wheel) as zf:  # the survey reads sources only (Ray's wheel is 70 MB)
                 zf.extractall(tmp, members=[n for n in zf.namelist() if n.endswith(".py")])
             from accelreg.integrations import _seams
 
-            _seams._PARSED.clear()
             for name in names:
                 integ = importlib.import_module(integrations.INTEGRATIONS[name][0]).INTEGRATION
-                matches += integ.survey(root=tmp)
-        rows.append(
-            {
-                "library": dist,
-                "version": version,
-                "adapters": {m.seam.name: (m.adapter.name if m.adapter else None) for m in matches},
-            }
-        )
-    surveyed = {r["library"] for r in rows}
-    previous = RECORDS / "survey.json"
-    if previous.exists():  # libraries whose wheels were not given this time keep their rows
-        rows += [r for r in json.loads(previous.read_text())["releases"] if r["library"] not in surveyed]
-    rows.sort(key=lambda r: (r["library"], Version(r["version"])))
+                _seams._PARSED.clear()
+                matches = integ.survey(root=tmp)
+                rows.append(
+                    {
+                        "library": dist,
+                        "integration": name,
+                        "version": version,
+                        "adapters": {m.seam.name: (m.adapter.name if m.adapter else None) for m in matches},
+                    }
+                )
+    path = RECORDS / "survey.json"
+    if args.merge and path.exists():  # keep the releases of wheels not in this folder
+        seen = {(r.get("integration", r["library"]), r["version"]) for r in rows}
+        old = json.loads(path.read_text())["releases"]
+        rows += [r for r in old if (r.get("integration", r["library"]), r["version"]) not in seen]
+    rows.sort(key=lambda r: (r.get("integration", r["library"]), Version(r["version"])))
     RECORDS.mkdir(parents=True, exist_ok=True)
     payload = {"date": datetime.date.today().isoformat(), "releases": rows}
     (RECORDS / "survey.json").write_text(json.dumps(payload, indent=1) + "\n")
@@ -204,9 +212,10 @@ def table(_: argparse.Namespace) -> None:
             "| --- | --- | --- | --- |",
         ]
         for name, seams in rec["seams"].items():
+            release = (rec.get("releases") or {}).get(name) or v.get(LIBRARIES[name])
             for seam in seams:
                 short = str(seam["seam"]).split(".", 1)[1] if "." in str(seam["seam"]) else seam["seam"]
-                lines.append(f"| {name} | {v.get(LIBRARIES[name])} | `{short}` | {_cell(seam)} |")
+                lines.append(f"| {name} | {release} | `{short}` | {_cell(seam)} |")
         for why in tests.get("skip_reasons") or ():
             lines += ["", f"Skipped here: {why}."]
         for key, value in (rec.get("env") or {}).items():
@@ -229,7 +238,9 @@ def table(_: argparse.Namespace) -> None:
             "(`tools/upstream_compare.py`). No network here: tests that load a hub model fail in both",
             "runs alike; peft's tests that switch offline mode off (`hub_online_once`) are left out, as",
             "each of their downloads retries for about half a minute. peft's runs are under the emulated npu,",
-            "where its `infer_device()` differs from the CPU's.",
+            "where its `infer_device()` differs from the CPU's. Lightning's tests come from the repository at",
+            "the release's tag (its sdist has none), run in its `tests/` folder on the cpu and under one",
+            'emulated npu (one device: Lightning\'s cpu tests expect `devices="auto"` to mean one).',
             "",
             "| library | files | run on | stock passed/failed/skipped | with `install()` | passes stock, fails installed | fails stock, passes installed | date |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -237,8 +248,8 @@ def table(_: argparse.Namespace) -> None:
         for dist, item in data["suites"].items():
             st, ins = item["stock"], item["installed"]
             lines.append(
-                f"| {dist} {item['version']} | {', '.join(item['files'])} | "
-                f"{'emulated ' + item['emulated'] + ' x2' if item.get('emulated') else 'cpu'} | "
+                f"| {item.get('library', dist)} {item['version']} | {', '.join(item['files'])} | "
+                f"{'emulated ' + item['emulated'] + ' x' + str(item.get('devices') or 2) if item.get('emulated') else 'cpu'} | "
                 f"{st['passed']}/{st['failed']}/{st['skipped']} | {ins['passed']}/{ins['failed']}/{ins['skipped']} | "
                 f"{len(item['passes_stock_fails_installed'])} | {len(item['fails_stock_passes_installed'])} | {item.get('date', '')} |"
             )
@@ -254,6 +265,15 @@ def table(_: argparse.Namespace) -> None:
                 )
             if notes:
                 lines += [f"- {dist}: " + "; ".join(notes) + ".", ""]
+            intended = item.get("intended_changes") or {}
+            if intended:
+                lines += [
+                    f"- {dist}: {len(intended)} tests pass stock and fail with `install()` *as intended*:",
+                    "",
+                ]
+                for tid, why in intended.items():
+                    lines.append(f"  - `{tid}`: {why}")
+                lines.append("")
     survey_path = RECORDS / "survey.json"
     if survey_path.exists():
         data = json.loads(survey_path.read_text())
@@ -266,10 +286,15 @@ def table(_: argparse.Namespace) -> None:
         ]
         by_lib: dict[str, list[dict[str, object]]] = {}
         for row in data["releases"]:
-            by_lib.setdefault(str(row["library"]), []).append(row)
+            by_lib.setdefault(str(row.get("integration", row["library"])), []).append(row)
         for lib, rows in by_lib.items():
             seams = list(rows[0]["adapters"])  # type: ignore[arg-type]
-            lines += [f"### {lib}", "", "| release | " + " | ".join(f"`{s}`" for s in seams) + " |"]
+            title = (
+                lib
+                if rows[0]["library"] in (lib, lib.replace("_", "-"))
+                else f"{lib} (in {rows[0]['library']})"
+            )
+            lines += [f"### {title}", "", "| release | " + " | ".join(f"`{s}`" for s in seams) + " |"]
             lines.append("| --- |" + " --- |" * len(seams))
             for row in rows:
                 cells = [row["adapters"].get(s) or "—" for s in seams]  # type: ignore[union-attr]
@@ -289,6 +314,7 @@ def main() -> None:
     p.set_defaults(func=record)
     p = sub.add_parser("survey")
     p.add_argument("--wheels", required=True)
+    p.add_argument("--merge", action="store_true", help="keep recorded releases whose wheels are not in DIR")
     p.set_defaults(func=survey)
     sub.add_parser("table").set_defaults(func=table)
     args = parser.parse_args()

@@ -1,12 +1,15 @@
-"""Run accelerate's and peft's own tests stock and with ``accelreg.install()``; compare.
+"""Run accelerate's, peft's and Lightning's own tests stock and with ``accelreg.install()``; compare.
 
     python tools/upstream_compare.py --out .nox-results/upstream     # nox -s upstream
+    python tools/upstream_compare.py --only lightning --src lightning=PATH-OF-A-CLONE
 
 The tests come from each library's sdist of the installed release (``pip download
---no-binary``). Each selected file runs twice in a fresh pytest, once stock and once with a
+--no-binary``), or, for Lightning (whose sdist has none), from the repository at the release's
+tag (GitHub's tarball, or a local clone with ``--src``). Each selected file runs twice in a fresh pytest, once stock and once with a
 one-line plugin that calls ``accelreg.install()`` first, both under the same environment
 (peft's under the emulated two-device npu, where its ``infer_device`` differs from the CPU's). Test ids and outcomes are compared;
-the run fails on any test that passes stock and fails installed, and writes
+the run fails on any test that passes stock and fails installed (except the changes a suite
+declares as intended, each with its reason, which are recorded), and writes
 ``<out>/upstream.json`` (and a Markdown summary on stdout).
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime
+import io
 import json
 import os
 import re
@@ -94,6 +98,36 @@ def _first_case_of_each_tuner_config(ids: list[str]) -> list[str]:
 #: 19 fail stock), test_config.py (1294 tests of config objects, no device), and, for time,
 #: test_initialization.py (409 tests; about 60 ran in 6 minutes here), test_tuners_utils.py and
 #: test_helpers.py (not timed yet).
+_LIGHTNING_REPO = "github:Lightning-AI/pytorch-lightning"
+_LIGHTNING_FILES = [
+    "tests_pytorch/accelerators",
+    "tests_pytorch/trainer/connectors/test_accelerator_connector.py",
+    "tests_fabric/accelerators",
+    "tests_fabric/test_connector.py",
+]
+_AUTO = (
+    "accelerator=\"auto\" (the default) is the registry's npu, where the test expects Lightning's own "
+    "pick on a machine without an accelerator"
+)
+_MOCKED = (
+    "the test mocks Lightning's own detection (a TPU, or CUDA devices) and expects auto to pick it; "
+    "the registry's npu, which is real here, comes first"
+)
+#: What install() is meant to change in Lightning's own tests on an npu node.
+_LIGHTNING_INTENDED = {
+    "tests_pytorch.trainer.connectors.test_accelerator_connector::test_accelerator_cpu": _AUTO,
+    "tests_pytorch.trainer.connectors.test_accelerator_connector::test_connector_auto_selection": _MOCKED,
+    "tests_pytorch.trainer.connectors.test_accelerator_connector::test_accelerator_choice_tpu": _MOCKED,
+    "tests_pytorch.accelerators.test_xla::test_accelerator_tpu": _MOCKED,
+    "tests_fabric.test_connector::test_connector_auto_selection": _MOCKED,
+    "tests_fabric.test_connector::test_accelerator_choice_tpu": _MOCKED,
+    "tests_fabric.test_connector::test_xla_fsdp_automatic_strategy_selection": _MOCKED,
+    "tests_fabric.accelerators.test_registry::test_available_accelerators_in_registry": (
+        "the test lists the registry's names: install() adds the npu that is here"
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Suite:
     """One library's files, the emulated backend they run under, and how they are run."""
@@ -105,6 +139,22 @@ class Suite:
     select: Callable[[list[str]], list[str]] | None = None
     #: an empty ``tests/__init__.py``, which the repository has and the sdist lacks
     tests_package: bool = False
+    #: where the tests come from: the release's sdist, or ``github:owner/repo`` at the release's
+    #: tag (an sdist without tests; ``--src dist=PATH`` reads a local clone or folder instead)
+    source: str = "sdist"
+    #: the folder (in the source) pytest runs in, the files being relative to it
+    cwd: str = ""
+    #: emulated devices (with ``emulate``)
+    devices: int = 2
+    #: the key of the suite in the report (several suites of one library: ``lightning@npu``)
+    label: str = ""
+    #: test ids (``file::test`` prefixes) whose outcome *should* change with ``install()`` in this
+    #: run, each with the reason: recorded as intended, not as regressions
+    intended: dict[str, str] | None = None
+
+    @property
+    def key(self) -> str:
+        return self.label or self.dist
 
 
 SUITES: list[Suite] = [
@@ -122,6 +172,21 @@ SUITES: list[Suite] = [
         emulate="npu",
         select=_first_case_of_each_tuner_config,
         tests_package=True,
+    ),
+    # Lightning's accelerator and connector tests, from the release's tag (its sdist has no tests),
+    # run in the repository's tests/ folder as Lightning's CI does: on the cpu, where install()
+    # must change nothing, and under one emulated npu (one device, as Lightning's cpu tests expect
+    # of devices="auto"), where "auto" is meant to become the npu.
+    Suite("lightning", _LIGHTNING_FILES, source=_LIGHTNING_REPO, cwd="tests"),
+    Suite(
+        "lightning",
+        _LIGHTNING_FILES,
+        source=_LIGHTNING_REPO,
+        cwd="tests",
+        emulate="npu",
+        devices=1,
+        label="lightning@npu",
+        intended=_LIGHTNING_INTENDED,
     ),
 ]
 PLUGIN = "import accelreg\n\naccelreg.install()\n"
@@ -151,6 +216,46 @@ def _sdist_tests(dist: str, work: Path) -> Path:
     return work / f"{dist}-{version}"
 
 
+def _tag_tests(suite: Suite, work: Path, local: dict[str, str]) -> Path:
+    """The ``tests/`` folder of the repository at the installed release's tag: from a local
+    clone (``git archive``) or folder given with ``--src``, else GitHub's tarball of the tag."""
+    import shutil
+    import urllib.request
+
+    version = metadata.version(suite.dist)
+    root = work / f"{suite.dist}-{version}-src"
+    if root.exists():
+        return root
+    root.mkdir()
+    given = local.get(suite.dist)
+    if given and ((Path(given) / ".git").exists() or (Path(given) / "HEAD").exists()):
+        archive = subprocess.run(
+            ["git", "-C", given, "archive", version, "tests"], check=True, capture_output=True
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(root, filter="data")
+    elif given:
+        shutil.copytree(Path(given) / "tests", root / "tests")
+    else:
+        repo = suite.source.removeprefix("github:")
+        url = f"https://codeload.github.com/{repo}/tar.gz/refs/tags/{version}"
+        with urllib.request.urlopen(url, timeout=300) as response:
+            data = response.read()
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            top = tar.getnames()[0].split("/")[0]
+            members = [m for m in tar.getmembers() if m.name.startswith(f"{top}/tests/")]
+            tar.extractall(work, members=members, filter="data")
+        (work / top / "tests").rename(root / "tests")
+    return root
+
+
+def _intended(suite: Suite, tid: str) -> str | None:
+    for prefix, why in (suite.intended or {}).items():
+        if tid == prefix or tid.startswith(prefix + "["):
+            return why
+    return None
+
+
 def _outcomes(junit: Path) -> dict[str, str]:
     if not junit.exists():
         return {}
@@ -167,12 +272,12 @@ def _outcomes(junit: Path) -> dict[str, str]:
 
 
 def _pytest(
-    emulate: str | None, plugin_dir: Path | None, env: dict[str, str]
+    emulate: str | None, plugin_dir: Path | None, env: dict[str, str], devices: int = 2
 ) -> tuple[list[str], dict[str, str]]:
     """The pytest command line (without targets) and the environment of one run."""
     env = dict(env)
     if emulate:
-        env.update(ACCELREG_EMU_NAME=emulate, ACCELREG_EMU_DEVICES="2")
+        env.update(ACCELREG_EMU_NAME=emulate, ACCELREG_EMU_DEVICES=str(devices))
     # -o addopts=: peft's pyproject adds --cov and --durations to every run
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
     if plugin_dir is not None:
@@ -183,9 +288,14 @@ def _pytest(
 
 def _collect(src: Path, suite: Suite, env: dict[str, str]) -> list[str]:
     """The test ids of the suite's files, collected stock."""
-    args, env = _pytest(suite.emulate, None, env)
+    args, env = _pytest(suite.emulate, None, env, suite.devices)
     proc = subprocess.run(
-        [*args, "--collect-only", *suite.files], cwd=src, env=env, capture_output=True, text=True, timeout=900
+        [*args, "--collect-only", *suite.files],
+        cwd=src / suite.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     return [line for line in proc.stdout.splitlines() if "::" in line and not line.startswith(" ")]
 
@@ -194,17 +304,27 @@ def _run(
     src: Path, suite: Suite, targets: list[str], junit: Path, plugin_dir: Path | None, env: dict[str, str]
 ) -> float:
     """One run of ``targets`` (files, or ``@file`` of test ids); its wall seconds."""
-    args, env = _pytest(suite.emulate, plugin_dir, env)
+    args, env = _pytest(suite.emulate, plugin_dir, env, suite.devices)
     start = time.perf_counter()
-    subprocess.run([*args, f"--junitxml={junit}", *targets], cwd=src, env=env, timeout=3600)
+    subprocess.run([*args, f"--junitxml={junit}", *targets], cwd=src / suite.cwd, env=env, timeout=3600)
     return round(time.perf_counter() - start, 1)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=".nox-results/upstream")
-    parser.add_argument("--only", default=None, help="run one library's suite (accelerate or peft)")
+    parser.add_argument(
+        "--only", default=None, help="run one library's suites (accelerate, peft, lightning, or a label)"
+    )
+    parser.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        metavar="DIST=PATH",
+        help="a local clone (its release tag is read) or folder holding a library's tests/",
+    )
     args = parser.parse_args()
+    local = dict(item.split("=", 1) for item in args.src)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELREG_")}
@@ -220,10 +340,13 @@ def main() -> int:
         plugin_dir.mkdir()
         (plugin_dir / "_accelreg_install_first.py").write_text(PLUGIN)
         for suite in SUITES:
-            dist = suite.dist
-            if args.only and dist != args.only:
+            dist, key = suite.dist, suite.key
+            if args.only and args.only not in (dist, key):
                 continue
-            src = _sdist_tests(dist, work)
+            if suite.source != "sdist":
+                src = _tag_tests(suite, work, local)
+            else:
+                src = _sdist_tests(dist, work)
             if suite.tests_package and not (src / "tests" / "__init__.py").exists():
                 (src / "tests" / "__init__.py").write_text("")
             targets, collected = list(suite.files), None
@@ -232,24 +355,28 @@ def main() -> int:
                 hub = _uses_the_hub(src, suite.files)
                 chosen = [t for t in suite.select(ids) if t.split("[")[0] not in hub]
                 collected = len(ids)
-                (work / f"{dist}-ids.txt").write_text("\n".join(chosen) + "\n")
-                targets = [f"@{work / f'{dist}-ids.txt'}"]
-            stock_xml, ours_xml = out / f"{dist}-stock.xml", out / f"{dist}-installed.xml"
+                (work / f"{key}-ids.txt").write_text("\n".join(chosen) + "\n")
+                targets = [f"@{work / f'{key}-ids.txt'}"]
+            stock_xml, ours_xml = out / f"{key}-stock.xml", out / f"{key}-installed.xml"
             seconds = {
                 "stock": _run(src, suite, targets, stock_xml, None, env),
                 "installed": _run(src, suite, targets, ours_xml, plugin_dir, env),
             }
             stock, ours = _outcomes(stock_xml), _outcomes(ours_xml)
-            regressions = sorted(t for t, o in stock.items() if o == "passed" and ours.get(t) != "passed")
+            changed = sorted(t for t, o in stock.items() if o == "passed" and ours.get(t) != "passed")
+            intended = {t: why for t in changed if (why := _intended(suite, t)) is not None}
+            regressions = [t for t in changed if t not in intended]
             fixed = sorted(
                 t for t, o in ours.items() if o == "passed" and stock.get(t) not in (None, "passed")
             )
             only = sorted(set(stock) ^ set(ours))
             count = {k: sum(1 for o in stock.values() if o == k) for k in ("passed", "failed", "skipped")}
-            report["suites"][dist] = {  # type: ignore[index]
+            report["suites"][key] = {  # type: ignore[index]
+                "library": dist,
                 "version": metadata.version(dist),
                 "files": suite.files,
                 "emulated": suite.emulate,
+                "devices": suite.devices if suite.emulate else None,
                 "collected": collected,
                 "selection": suite.select.__name__.strip("_").replace("_", " ") if suite.select else None,
                 "seconds": seconds,
@@ -258,20 +385,21 @@ def main() -> int:
                     k: sum(1 for o in ours.values() if o == k) for k in ("passed", "failed", "skipped")
                 },
                 "passes_stock_fails_installed": regressions,
+                "intended_changes": intended,
                 "fails_stock_passes_installed": fixed,
                 "ids_in_one_run_only": only,
             }
-            broken += [f"{dist}: {t}" for t in regressions]
+            broken += [f"{key}: {t}" for t in regressions]
             if not stock or count["passed"] == 0:
                 broken.append(
-                    f"{dist}: the stock run collected or passed nothing (missing test dependencies?)"
+                    f"{key}: the stock run collected or passed nothing (missing test dependencies?)"
                 )
     (out / "upstream.json").write_text(json.dumps(report, indent=1) + "\n")
     # docs/compat/upstream.json keeps the latest result per library for docs/compatibility.md
     record = Path(__file__).resolve().parents[1] / "docs" / "compat" / "upstream.json"
     merged = json.loads(record.read_text()) if record.exists() else {"suites": {}}
-    for dist, item in report["suites"].items():  # type: ignore[union-attr]
-        merged["suites"][dist] = {
+    for key, item in report["suites"].items():  # type: ignore[union-attr]
+        merged["suites"][key] = {
             **item,
             "date": datetime.date.today().isoformat(),
             "ids_in_one_run_only": len(item["ids_in_one_run_only"]),
@@ -282,12 +410,14 @@ def main() -> int:
         "| library | files | stock (passed/failed/skipped) | with install() | passes stock, fails installed |"
     )
     print("| --- | --- | --- | --- | --- |")
-    for dist, item in report["suites"].items():  # type: ignore[union-attr]
+    for key, item in report["suites"].items():  # type: ignore[union-attr]
         s, i = item["stock"], item["installed"]
         print(
-            f"| {dist} {item['version']} | {', '.join(item['files'])} | {s['passed']}/{s['failed']}/{s['skipped']} "
+            f"| {key} {item['version']} | {', '.join(item['files'])} | {s['passed']}/{s['failed']}/{s['skipped']} "
             f"| {i['passed']}/{i['failed']}/{i['skipped']} | {len(item['passes_stock_fails_installed'])} |"
         )
+        for tid, why in item["intended_changes"].items():
+            print(f"INTENDED {key}: {tid}: {why}")
     for line in broken:
         print(f"REGRESSION {line}")
     return 1 if broken else 0

@@ -55,6 +55,10 @@ HOSTS: dict[str, str] = {
     # they wait for Ray Train's torch package (a Ray worker that runs only tasks never pays).
     "ray": "ray",
     "ray_train": "ray.train.torch",
+    # Lightning under each of its import names; each patches only its own package.
+    "lightning": "lightning",
+    "lightning_fabric": "lightning_fabric",
+    "pytorch_lightning": "pytorch_lightning",
 }
 
 #: name -> (integration module, trigger): :data:`HOSTS` with each module's full name.

@@ -1,5 +1,6 @@
 """One torchrun rank: resolve this rank's device, allocate on it, all-reduce a tensor on it over
-the collective backend the plugin declares (``accelreg.dist_backend()``), and report what
+the collective backend the plugin declares (``accelreg.dist_backend()``, the process group bound
+to the device), and report what
 accelreg, the emulated runtime and DeepSpeed (handed its accelerator by ``accelreg.install()``)
 each say: one JSON file per rank in $RANK_RESULTS, since two ranks printing to one pipe can
 interleave their lines."""
@@ -15,9 +16,10 @@ import torch.distributed as dist
 import accelreg
 
 accelreg.install()
-dist.init_process_group(accelreg.dist_backend())
-rank = dist.get_rank()
 device = accelreg.resolve()
+# bound to the device, as Lightning 2.6 and accelerate do: the backend must serve the device type
+dist.init_process_group(accelreg.dist_backend(), device_id=device)
+rank = dist.get_rank()
 runtime = getattr(torch, device.type)
 x = torch.full((1024,), float(rank + 1), device=device)
 total = x.sum().reshape(1)

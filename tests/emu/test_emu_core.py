@@ -429,9 +429,19 @@ def check_generated_methods_and_pinned_memory():
 
 
 def check_autocast_and_grad_scaler():
+    a = torch.ones(2, 2, device="npu:0")
     with torch.autocast("npu", dtype=torch.bfloat16):
-        y = torch.ones(2, 2, device="npu:0") @ torch.ones(2, 2, device="npu:0")
-    assert y.device == dev(0)
+        y = a @ a
+        lin = torch.nn.functional.linear(a, a)
+        soft = torch.softmax(a.to(torch.bfloat16), -1)  # a float32 op under autocast
+        loss = torch.nn.functional.mse_loss(lin, a)
+    assert y.device == dev(0) and y.dtype == lin.dtype == torch.bfloat16, (y.dtype, lin.dtype)
+    assert soft.dtype == loss.dtype == torch.float32, (soft.dtype, loss.dtype)
+    with torch.autocast("npu", dtype=torch.float16):
+        assert (a @ a).dtype == torch.float16
+    with torch.autocast("npu", dtype=torch.bfloat16, enabled=False):
+        assert (a @ a).dtype == torch.float32
+    assert (a @ a).dtype == torch.float32
     scaler = torch.npu.amp.GradScaler()
     w = torch.ones(2, device="npu:0", requires_grad=True)
     opt = torch.optim.SGD([w], lr=0.1)

@@ -58,12 +58,24 @@ def _reduce_options(opts: Any) -> Any:
 
 
 class EmulatedProcessGroup(dist.ProcessGroup):
-    """A process group for tensors on emulated devices (and host tensors), over gloo."""
+    """A process group for tensors on emulated devices (and host tensors), over gloo.
 
-    def __init__(self, name: str, store: Any, rank: int, size: int, timeout: timedelta) -> None:
+    gloo is also registered as the group's backend *object* for the device type and the cpu:
+    torch asks a group for its backend per device where a device is bound
+    (``init_process_group(device_id=...)``, as Lightning 2.6 and accelerate pass it;
+    ``new_group`` splitting from a bound group), and a group without one fails there with "No
+    backend type associated with device type npu". The operations themselves still go
+    through this class's methods.
+    """
+
+    def __init__(
+        self, name: str, store: Any, rank: int, size: int, timeout: timedelta, device_type: str = "cpu"
+    ) -> None:
         super().__init__(rank, size)
         self._name = name
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        for device in dict.fromkeys((device_type, "cpu")):
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
 
     def getBackendName(self) -> str:
         return self._name
@@ -193,8 +205,9 @@ class EmulatedProcessGroup(dist.ProcessGroup):
 def register(collective: str, device_type: str) -> str:
     """Register ``collective`` with ``torch.distributed`` for ``device_type`` (and cpu); idempotent.
 
-    Returns the name. Afterwards ``init_process_group(collective)`` works, and so does
-    ``init_process_group()`` on a process whose tensors live on ``device_type``.
+    Returns the name. Afterwards ``init_process_group(collective)`` works, also with
+    ``device_id=<a device_type device>``, and so does ``init_process_group()`` on a process
+    whose tensors live on ``device_type``.
     """
     if _registered.get(collective) == device_type:
         return collective
@@ -202,7 +215,7 @@ def register(collective: str, device_type: str) -> str:
         raise RuntimeError("accelreg-emu: this torch build has no torch.distributed")
 
     def create(store: Any, rank: int, size: int, timeout: timedelta) -> EmulatedProcessGroup:
-        return EmulatedProcessGroup(collective, store, rank, size, timeout)
+        return EmulatedProcessGroup(collective, store, rank, size, timeout, device_type)
 
     dist.Backend.register_backend(collective, create, devices=[device_type, "cpu"])
     # register_backend keeps an existing default for a device type; this one is the runtime's

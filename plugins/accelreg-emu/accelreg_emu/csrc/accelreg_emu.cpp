@@ -4,3 +4,4 @@
 #include "kernels.cpp"   // NOLINT(bugprone-suspicious-include)
 #include "fallback.cpp"  // NOLINT(bugprone-suspicious-include)
 #include "rnn.cpp"       // NOLINT(bugprone-suspicious-include)
+#include "autocast.cpp"  // NOLINT(bugprone-suspicious-include)

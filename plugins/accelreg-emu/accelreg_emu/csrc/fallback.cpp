@@ -123,10 +123,4 @@ TORCH_LIBRARY_IMPL(aten, ACCELREG_EMU_KEY, m) {
          torch::CppFunction::makeFromBoxedFunction<&convolution_backward_on_host>());
 }
 
-// torch.autocast(<device type>) needs the autocast key to pass through. No lower-precision
-// cast policy is registered: inside autocast, ops run in the dtypes they are given.
-TORCH_LIBRARY_IMPL(_, ACCELREG_EMU_AUTOCAST_KEY, m) {
-  m.fallback(torch::CppFunction::makeFallthrough());
-}
-
 }  // namespace accelreg_emu
