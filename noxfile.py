@@ -79,7 +79,7 @@ SETS: dict[str, dict[str, str]] = {
 #: What each set runs: the integrations, import safety, placement, the patch-free path and the
 #: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator).
 MATRIX_TESTS = [
-    "tests/test_integrations.py",
+    "tests/integrations",
     "tests/test_import_safety.py",
     "tests/test_extras.py",
     "tests/test_placement.py",
