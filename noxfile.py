@@ -141,8 +141,15 @@ def layer(session: nox.Session, name: str) -> Path | None:
     return folder
 
 
+#: The emulator's build cache of the default suite (tests/conftest.py: the checkout's pytest cache):
+#: the sets run with ``-p no:cacheprovider`` and would otherwise compile it again in each session;
+#: a layer changes no torch, so the build is the same.
+EMU_CACHE = ROOT / ".pytest_cache" / "d" / "accelreg-emu"
+
+
 def _env(folder: Path | None) -> dict[str, str]:
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    env["ACCELREG_EMU_CACHE"] = os.environ.get("ACCELREG_EMU_CACHE") or str(EMU_CACHE)
     if folder is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
     return env

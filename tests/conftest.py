@@ -1,12 +1,37 @@
+"""Session set-up of the suite: the emulator's build cache, a fresh registry for every test, and
+how pytest-xdist shares the work (``-n auto --dist loadfile`` in pyproject's addopts).
+
+With workers, the tests of one file run on one worker (module-scoped fixtures and the
+``accelreg_emu`` marker's child start once), files that share session-scoped helper processes
+run on one worker together (``SHARED_SCOPES``), and a worker that asks for work gets the file
+that took longest in the previous run (``.pytest_cache``), so the slowest ones do not end up
+last and alone.
+"""
+
 from __future__ import annotations
 
 import importlib
 import os
 import sys
+from typing import Any
 
 import pytest
 
 pytest_plugins = ["pytester"]
+
+#: Test files whose tests share session-scoped helper processes, so that with pytest-xdist they
+#: run on one worker and each process starts once: tests/deepspeed/conftest.py's "none",
+#: "install" and "deepspeed" runs serve both of these files.
+SHARED_SCOPES = {
+    "tests/deepspeed/test_seed000.py": "tests/deepspeed (none, install and deepspeed runs)",
+    "tests/deepspeed/test_roundtrip.py": "tests/deepspeed (none, install and deepspeed runs)",
+}
+_SECONDS_KEY = "accelreg/xdist-scope-seconds"
+
+
+def _scope(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return SHARED_SCOPES.get(path, path)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,3 +67,46 @@ def fresh_registry(accelreg_fresh):
         if name.startswith("fakeplugin"):
             del sys.modules[name]
     importlib.invalidate_caches()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the shared scopes, the longest scope first (pytest-xdist only)."""
+    if config.getoption("dist") != "loadfile":
+        return None  # another mode was asked for: pytest-xdist's own scheduler
+    from xdist.scheduler import LoadFileScheduling
+
+    cache = getattr(config, "cache", None)
+    seconds: dict[str, float] = cache.get(_SECONDS_KEY, {}) if cache is not None else {}
+
+    class Scheduler(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if seconds and len(self.workqueue) > 1:
+                longest = max(self.workqueue, key=lambda scope: seconds.get(scope, 0.0))
+                self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+    return Scheduler(config, log)
+
+
+_RUN_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Seconds per scope in this run (in the controller, also the workers' reports)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    scope = _scope(report.nodeid)
+    _RUN_SECONDS[scope] = _RUN_SECONDS.get(scope, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    cache = getattr(session.config, "cache", None)
+    if cache is None or os.environ.get("PYTEST_XDIST_WORKER") or not _RUN_SECONDS:
+        return
+    seconds = cache.get(_SECONDS_KEY, {})
+    seconds.update({scope: round(s, 2) for scope, s in _RUN_SECONDS.items()})
+    cache.set(_SECONDS_KEY, seconds)
