@@ -34,6 +34,17 @@ def _scope(nodeid: str) -> str:
     return SHARED_SCOPES.get(path, path)
 
 
+#: Variables pytest-xdist's workers get from their start-up rather than from the session (a
+#: worker finds COLUMNS=80 and LINES=24 set, and accelreg's CLI wraps its tables to COLUMNS).
+_SESSION_VARS = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: tell each worker the terminal variables this session was started with."""
+    node.workerinput["accelreg_session_vars"] = {k: os.environ.get(k) for k in _SESSION_VARS}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Build the emulated accelerator (and keep matplotlib's font cache) in the checkout's
     pytest cache, not ``~/.cache``.
@@ -41,8 +52,14 @@ def pytest_configure(config: pytest.Config) -> None:
     Set once per session (children started by the tests inherit it), so the extension is built
     at most once per checkout and source hash; an ``ACCELREG_EMU_CACHE`` the caller set wins.
     Without the cache provider (``-p no:cacheprovider``) it goes under pytest's base temporary
-    directory, built once for that session.
+    directory, built once for that session. pytest-xdist's workers inherit both from the
+    session, and get its terminal variables back (``pytest_configure_node``).
     """
+    for var, value in getattr(config, "workerinput", {}).get("accelreg_session_vars", {}).items():
+        if value is None:
+            os.environ.pop(var, None)  # a worker runs its tests as the session would
+        else:
+            os.environ[var] = value
     cache = getattr(config, "cache", None)
     for var, name in (("ACCELREG_EMU_CACHE", "accelreg-emu"), ("MPLCONFIGDIR", "matplotlib")):
         if os.environ.get(var):
