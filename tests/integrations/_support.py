@@ -1,8 +1,10 @@
 """Helpers of the integration tests (no tests here): the libraries, snapshots of every holder
 of a seam, fake versions, the tiny GPT-2's device maps.
 
-Importing it skips the importing module where a library is missing (as the tests need all of
-torch, transformers, accelerate, peft, DeepSpeed and bitsandbytes).
+Importing it skips the importing module where a library is not installed (the tests need all
+of torch, transformers, accelerate, peft, DeepSpeed and bitsandbytes). It imports none of them:
+a test imports what it uses when it runs, so collecting the suite (once per pytest-xdist
+worker) does not pay for DeepSpeed and peft.
 """
 
 from __future__ import annotations
@@ -17,17 +19,13 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
-pytest.importorskip("peft")
-pytest.importorskip("deepspeed")
-pytest.importorskip("bitsandbytes")
+import accelreg.integrations as integrations
+from accelreg.integrations import _seams
 
-import transformers  # noqa: E402
-
-import accelreg.integrations as integrations  # noqa: E402
-from accelreg.integrations import _seams  # noqa: E402
+LIBRARIES = ("torch", "transformers", "accelerate", "peft", "deepspeed", "bitsandbytes")
+_missing = [name for name in LIBRARIES if importlib.util.find_spec(name) is None]
+if _missing:
+    pytest.skip(f"the integration tests need {', '.join(_missing)} (not installed)", allow_module_level=True)
 
 NAMES = tuple(integrations.INTEGRATIONS)  # accelerate, transformers, peft, deepspeed
 
@@ -35,8 +33,12 @@ NAMES = tuple(integrations.INTEGRATIONS)  # accelerate, transformers, peft, deep
 def _defines(module: str, name: str) -> bool:
     """Whether ``module``'s source defines ``name`` (read, not imported: collection imports no
     more of transformers than the tests do)."""
-    spec = importlib.util.find_spec(module)
-    return spec is not None and spec.origin is not None and f"def {name}(" in Path(spec.origin).read_text()
+    top, _, rest = module.partition(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    path = Path(next(iter(spec.submodule_search_locations)), *rest.split(".")).with_suffix(".py")
+    return path.is_file() and f"def {name}(" in path.read_text()
 
 
 #: Where from_pretrained normalises device_map inline (transformers 4.57: no
@@ -44,7 +46,7 @@ def _defines(module: str, name: str) -> bool:
 #: those two seams have nothing to call: guarded by the seam, not the version.
 needs_check_and_set = pytest.mark.skipif(
     not _defines("transformers.integrations.accelerate", "check_and_set_device_map"),
-    reason=f"transformers {transformers.__version__} normalises device_map inline in from_pretrained "
+    reason=f"transformers {metadata.version('transformers')} normalises device_map inline in from_pretrained "
     "(no check_and_set_device_map seam)",
 )
 
@@ -206,6 +208,6 @@ def _covered(device_map, name):
 def _needs_disk_offload(why):
     if why is not None:
         pytest.skip(
-            f"transformers {transformers.__version__}, stock, fails to load a tied pair offloaded to "
+            f"transformers {metadata.version('transformers')}, stock, fails to load a tied pair offloaded to "
             f"disk ({why}); the disk-offload tests build on upstream's own offload"
         )

@@ -4,6 +4,7 @@ after each test, strict mode, and the tiny models (built once per session)."""
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import pytest
 import torch
@@ -22,15 +23,20 @@ def libraries():
     from ._support import NAMES, _integration
 
     integrations.uninstall()
-    import deepspeed  # noqa: F401 - its import is part of the state under test
+    with warnings.catch_warnings():
+        # bitsandbytes' import uses torch.jit.script_method (14 DeprecationWarnings of torch's,
+        # none of the test's business)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bitsandbytes  # noqa: F401
+        import deepspeed  # noqa: F401 - its import is part of the state under test
 
-    for name in NAMES:
-        for seam in _integration(name).seams:
-            for module in (seam.module, *seam.importers):
-                try:  # an importer of one release may not exist in another
-                    importlib.import_module(module)
-                except ImportError:
-                    pass
+        for name in NAMES:
+            for seam in _integration(name).seams:
+                for module in (seam.module, *seam.importers):
+                    try:  # an importer of one release may not exist in another
+                        importlib.import_module(module)
+                    except ImportError:
+                        pass
     yield
     integrations.uninstall()
 
