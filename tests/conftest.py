@@ -4,8 +4,8 @@ how pytest-xdist shares the work (``-n auto --dist loadfile`` in pyproject's add
 With workers, the tests of one file run on one worker (module-scoped fixtures and the
 ``accelreg_emu`` marker's child start once), files that share session-scoped helper processes
 run on one worker together (``SHARED_SCOPES``), and a worker that asks for work gets the file
-that took longest in the previous run (``.pytest_cache``), so the slowest ones do not end up
-last and alone.
+that took longest in the previous run (``.pytest_cache``; without one, ``DEFAULT_SECONDS``), so
+the slowest ones do not end up last and alone.
 """
 
 from __future__ import annotations
@@ -27,6 +27,25 @@ SHARED_SCOPES = {
     "tests/deepspeed/test_roundtrip.py": "tests/deepspeed (none, install and deepspeed runs)",
 }
 _SECONDS_KEY = "accelreg/xdist-scope-seconds"
+#: Seconds of the longest scopes (measured on two cores, docs/testing.md), for a run without the
+#: previous run's figures (a fresh clone, ``-p no:cacheprovider``): only the order they give counts.
+DEFAULT_SECONDS = {
+    "tests/test_planner_properties.py": 100,
+    "tests/test_docs.py": 100,
+    "tests/deepspeed (none, install and deepspeed runs)": 75,
+    "tests/emu/test_integrations.py": 65,
+    "tests/emu/test_conformance.py": 60,
+    "tests/emu/test_emu_vendors.py": 55,
+    "tests/test_cli.py": 45,
+    "tests/test_properties.py": 45,
+    "tests/deepspeed/test_zero.py": 40,
+    "tests/test_planner_archs.py": 35,
+    "tests/deepspeed/test_multinode.py": 30,
+    "tests/test_import_safety.py": 25,
+    "tests/integrations/test_common.py": 25,
+    "tests/test_testing_plugin.py": 25,
+    "tests/emu/test_launch.py": 25,
+}
 
 
 def _scope(nodeid: str) -> str:
@@ -94,14 +113,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadFileScheduling
 
     cache = getattr(config, "cache", None)
-    seconds: dict[str, float] = cache.get(_SECONDS_KEY, {}) if cache is not None else {}
+    seconds: dict[str, float] = {**DEFAULT_SECONDS, **(cache.get(_SECONDS_KEY, {}) if cache else {})}
 
     class Scheduler(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return _scope(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            if seconds and len(self.workqueue) > 1:
+            if len(self.workqueue) > 1:
                 longest = max(self.workqueue, key=lambda scope: seconds.get(scope, 0.0))
                 self.workqueue.move_to_end(longest, last=False)
             super()._assign_work_unit(node)
