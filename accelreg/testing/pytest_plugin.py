@@ -11,9 +11,10 @@ It gives:
   test's fixtures are set up in the child, never in the parent;
 * :func:`run_python` / the ``emu_python`` fixture — run a code string in such a subprocess;
 
-With pytest-xdist, the tests of one such group carry an ``xdist_group`` mark, so that
-``--dist loadgroup`` keeps them on one worker (one child per group, as without xdist), and the
-child runs without workers of its own (``-n 0``).
+With pytest-xdist, the child runs without workers of its own (``-n 0``), and the tests of one
+such group carry an ``xdist_group`` mark for ``--dist loadgroup`` (one child per group, as
+without xdist); ``--dist loadfile`` keeps them on one worker anyway, and is what works with
+pytest 9.2, whose node ids pytest-xdist 3.8's loadgroup can no longer tag (pytest-xdist#1386).
 
 Nothing here imports torch until a test needs it.
 """
