@@ -146,3 +146,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     seconds = cache.get(_SECONDS_KEY, {})
     seconds.update({scope: round(s, 2) for scope, s in _RUN_SECONDS.items()})
     cache.set(_SECONDS_KEY, seconds)
+
+
+#: Summary sections the workers' conftests asked for (``workeroutput["accelreg_summary"]``: title ->
+#: lines), written by the controller, which has the terminal.
+_WORKER_SUMMARY: dict[str, list[str]] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    for title, lines in getattr(node, "workeroutput", {}).get("accelreg_summary", {}).items():
+        _WORKER_SUMMARY.setdefault(title, []).extend(lines)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for title, lines in _WORKER_SUMMARY.items():
+        terminalreporter.section(title)
+        for line in lines:
+            terminalreporter.write_line(line)
