@@ -93,7 +93,7 @@ SETS: dict[str, dict[str, str]] = {
 #: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator) and Lightning
 #: (its Trainer and Fabric on the emulated npu, 2-process DDP included).
 MATRIX_TESTS = [
-    "tests/test_integrations.py",
+    "tests/integrations",
     "tests/test_import_safety.py",
     "tests/test_extras.py",
     "tests/test_placement.py",
@@ -160,8 +160,15 @@ def layer(session: nox.Session, name: str) -> Path | None:
     return folder
 
 
+#: The emulator's build cache of the default suite (tests/conftest.py: the checkout's pytest cache):
+#: the sets run with ``-p no:cacheprovider`` and would otherwise compile it again in each session;
+#: a layer changes no torch, so the build is the same.
+EMU_CACHE = ROOT / ".pytest_cache" / "d" / "accelreg-emu"
+
+
 def _env(folder: Path | None) -> dict[str, str]:
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    env["ACCELREG_EMU_CACHE"] = os.environ.get("ACCELREG_EMU_CACHE") or str(EMU_CACHE)
     if folder is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
     return env

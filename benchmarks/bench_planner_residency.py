@@ -10,7 +10,7 @@ MILP in ``tests/test_planner_reference.py`` (the documented rules; any used acce
 the main device); ratios are taken against its upper bound. Inputs:
 
 * the architecture scan: every causal-LM, seq2seq-LM, masked-LM and pretraining class of
-  transformers that builds on meta (two layers, ``tests/test_planner_support.build_class``),
+  transformers that builds on meta (two layers, ``tests/_planner_support.build_class``),
   under issue 12's offload scenarios (4 devices of size/5 + cpu; 8 devices of size/10 + cpu;
   2 devices of size/3 + cpu of size/4 + disk) and, for the reference file, issue 4's four;
 * full-depth GPT-2, Llama-7B (tied and untied, bf16), T5-base and Whisper-small shapes under
@@ -42,9 +42,9 @@ from accelreg.planner import plan  # noqa: E402
 from accelreg.planner.check import loads  # noqa: E402
 from accelreg.planner.maps import expand  # noqa: E402
 from accelreg.planner.plan import analyze  # noqa: E402
+from tests._planner_support import build_class, quiet  # noqa: E402
 from tests.test_planner_reference import optimum, problem_of  # noqa: E402
 from tests.test_planner_residency import SHAPES, full_depth  # noqa: E402
-from tests.test_planner_support import build_class, quiet  # noqa: E402
 
 warnings.filterwarnings("ignore")
 

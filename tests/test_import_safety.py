@@ -17,6 +17,7 @@ seams on. Cases:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -27,8 +28,10 @@ import pytest
 
 from accelreg.testing import run_python
 
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
+# Every case runs in a child interpreter: this process needs the libraries installed, not imported.
+for _library in ("transformers", "peft"):
+    if importlib.util.find_spec(_library) is None:
+        pytest.skip(f"{_library} is not installed", allow_module_level=True)
 
 _REPORT = """
 import json, warnings

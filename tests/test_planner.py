@@ -12,7 +12,7 @@ from accelreg.planner import plan
 from accelreg.planner.budgets import RESERVE, parse_budgets
 
 from ._fakes import plugin, spec
-from .test_planner_support import violations
+from ._planner_support import violations
 
 
 class Block(nn.Module):

@@ -22,7 +22,7 @@ from accelreg.planner import plan
 from accelreg.planner.plan import analyze
 from accelreg.planner.report import quality
 
-from .test_planner_support import build_class, quiet, violations
+from ._planner_support import build_class, quiet, violations
 
 REFERENCE = Path(__file__).parent / "data" / "planner_optimum.json"
 

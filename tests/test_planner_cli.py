@@ -11,7 +11,7 @@ import pytest
 
 from accelreg.cli import main
 
-from .test_planner_support import model_type, quiet, violations
+from ._planner_support import model_type, quiet, violations
 
 README = ["plan", "gpt2", "--max-memory", "npu:0=250MB,npu:1=250MB,cpu=1GB"]
 

@@ -8,7 +8,7 @@ import torch
 
 import accelreg
 
-from .test_planner_support import quiet, total_bytes, violations
+from ._planner_support import quiet, total_bytes, violations
 
 
 def test_a_planned_map_loads_with_from_pretrained_and_gives_the_same_loss(tmp_path):

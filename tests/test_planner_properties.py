@@ -17,8 +17,8 @@ from torch import nn
 import accelreg
 from accelreg.planner import packing, plan
 
+from ._planner_support import atoms, brute_force, most_resident, oracle_valid, violations
 from .test_planner_reference import exhaustive, holds
-from .test_planner_support import atoms, brute_force, most_resident, oracle_valid, violations
 
 # Sibling names chosen so that string tests go wrong: "h.1" is a string prefix of "h.10",
 # "head" a substring of "lm_head".

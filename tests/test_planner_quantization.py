@@ -13,7 +13,7 @@ import accelreg
 from accelreg.planner import plan
 from accelreg.planner.plan import analyze
 
-from .test_planner_support import quiet, violations
+from ._planner_support import quiet, violations
 
 MB = 10**6
 

@@ -17,8 +17,8 @@ import accelreg
 from accelreg.cli import main
 from accelreg.planner import plan
 
+from ._planner_support import model_type, quiet, violations
 from .test_planner_reference import optimum, problem_of
-from .test_planner_support import model_type, quiet, violations
 
 pytest.importorskip("scipy", reason="the exact reference is a scipy MILP (in the test extra)")
 

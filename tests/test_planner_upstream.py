@@ -20,8 +20,7 @@ from torch import nn
 import accelreg
 from accelreg.planner import plan
 
-from .test_planner import Stack
-from .test_planner_support import (
+from ._planner_support import (
     build_class,
     model_type,
     npu_budgets,
@@ -30,6 +29,7 @@ from .test_planner_support import (
     total_bytes,
     violations,
 )
+from .test_planner import Stack
 
 
 @pytest.fixture(autouse=True)

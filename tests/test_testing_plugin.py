@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import time
 
 import pytest
 
@@ -114,3 +116,135 @@ def test_conformance_kit_takes_the_vendors_visible_devices_syntax(pytester, monk
             "*ACME_VISIBLE_DEVICES='1,0' parsed as*set visible_devices_samples*",
         ]
     )
+
+
+@pytest.mark.accelreg_emu(name="npu", ASCEND_RT_VISIBLE_DEVICES="1", ACCELREG_PRIORITY="npu,cpu")
+def test_the_markers_own_variables_survive_the_fresh_registry():
+    """tests/conftest.py gives every test ``accelreg_fresh``, which clears the registry's
+    variables; in the child it keeps those the marker set (the environment the test asked for)."""
+    assert os.environ["ASCEND_RT_VISIBLE_DEVICES"] == "1" and os.environ["ACCELREG_PRIORITY"] == "npu,cpu"
+
+
+@pytest.mark.accelreg_emu(name=None)
+def test_name_none_is_a_child_without_the_emulator():
+    assert os.environ[CHILD_VAR] == "1" and "ACCELREG_EMU_NAME" not in os.environ
+
+
+_GROUPS = """
+import atexit, os, subprocess, sys, time
+
+import pytest
+
+PIDS = os.environ["PIDS_FILE"]
+
+
+@pytest.fixture(scope="module")
+def only_in_the_child():
+    assert os.environ.get("ACCELREG_TESTING_CHILD") == "1", "a fixture was set up in the parent"
+    return "child"
+
+
+@pytest.mark.accelreg_emu(name=None)
+def test_fixtures_are_set_up_in_the_child_only(only_in_the_child):
+    print("hello from the child")
+    assert only_in_the_child == "child"
+
+
+@pytest.mark.accelreg_emu(name="npu", timeout=20)
+def test_stuck():
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(PIDS, "a") as fh:
+        fh.write(f"{sleeper.pid}\\n")
+    time.sleep(600)
+
+
+@pytest.mark.accelreg_emu(name="npu", timeout=20)
+def test_after_the_stuck_one():
+    pass
+
+
+@pytest.mark.accelreg_emu(name="mlu")
+def test_passes_then_the_child_crashes_at_exit():
+    atexit.register(os._exit, 7)
+"""
+
+
+def test_fixtures_output_timeout_and_crash_of_a_child(pytester, tmp_path):
+    """Fixtures of a delegated test run in the child only; its output reaches ``-rP``; a group
+    past its ``timeout`` is stopped with every process it started, and neither it nor the tests
+    after it run twice; a child that ran its tests but crashed fails them."""
+    pids = tmp_path / "pids"
+    pytester.makepyfile(_GROUPS)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIDS_FILE", str(pids))
+        result = pytester.runpytest_subprocess("-rP", "-p", "no:xdist", "-p", "no:timeout")
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*the child ran past its timeout of 20 s and was stopped during *::test_stuck",
+            "*the child ran past its timeout of 20 s and was stopped before it ran *::test_after_the_stuck_one",
+            "*the child exited with status 7 (this test: passed)*",
+            "*hello from the child*",
+        ]
+    )
+    (pid,) = map(int, pids.read_text().split())  # the stuck test ran once
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the grandchild of the stopped child is still running")
+
+
+_XDIST = """
+import os
+
+import pytest
+
+
+def _record(tag):
+    with open(os.environ["PIDS_FILE"], "a") as fh:
+        fh.write(f"{tag} {os.getpid()} {os.environ.get('PYTEST_XDIST_WORKER', '-')}\\n")
+
+
+@pytest.mark.accelreg_emu(name="npu")
+@pytest.mark.parametrize("i", range(3))
+def test_npu(i):
+    _record("npu")
+
+
+@pytest.mark.accelreg_emu(name="mlu")
+@pytest.mark.parametrize("i", range(3))
+def test_mlu(i):
+    _record("mlu")
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_plain(i):
+    pass
+"""
+
+
+def test_under_xdist_a_group_stays_in_one_child_without_workers_of_its_own(pytester, tmp_path):
+    """Each group carries an ``xdist_group`` mark (for ``--dist loadgroup``); run with workers
+    (``-n 2`` in addopts, ``--dist loadfile``), each group still has one child, and the child
+    runs its tests itself: it is no xdist worker and starts none."""
+    pids = tmp_path / "pids"
+    pytester.makeini("[pytest]\naddopts = -n 2 --dist loadfile\n")
+    pytester.makepyfile(_XDIST)
+    items, _ = pytester.inline_genitems("-n", "0")
+    groups = {item.name: [m.args[0] for m in item.iter_markers("xdist_group")] for item in items}
+    assert len({g[0] for name, g in groups.items() if name.startswith("test_npu")}) == 1, groups
+    assert len({g[0] for g in groups.values() if g}) == 2 and not groups["test_plain[0]"], groups
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIDS_FILE", str(pids))
+        result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=10)
+    rows = [line.split() for line in pids.read_text().splitlines()]
+    assert sorted(tag for tag, _, _ in rows) == ["mlu"] * 3 + ["npu"] * 3
+    for tag in ("npu", "mlu"):
+        assert len({pid for t, pid, _ in rows if t == tag}) == 1, rows  # one child per group
+    assert {worker for _, _, worker in rows} == {"-"}, rows  # the children are no xdist workers

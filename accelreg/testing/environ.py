@@ -8,11 +8,14 @@ from collections.abc import Mapping
 from ..builtin import visible_devices_vars
 from ..registry import LAUNCHER_VARS
 
-__all__ = ["CHILD_VAR", "RESULTS_VAR", "clean_environ", "emu_environ", "registry_vars"]
+__all__ = ["CHILD_VAR", "MARKER_ENV_VAR", "RESULTS_VAR", "clean_environ", "emu_environ", "registry_vars"]
 
 #: Set in a child started by the ``accelreg_emu`` marker: run the test body here.
 CHILD_VAR = "ACCELREG_TESTING_CHILD"
 RESULTS_VAR = "ACCELREG_TESTING_RESULTS"
+#: In such a child: the names (a JSON list) of the variables the marker itself set, which the
+#: ``accelreg_fresh`` fixture keeps (they are the environment the test asked for).
+MARKER_ENV_VAR = "ACCELREG_TESTING_ENV"
 #: Variables a fresh registry must not inherit (the emulator's own ``ACCELREG_EMU_*`` and the
 #: testing variables are kept: they describe the process, not the configuration under test).
 _KEEP_PREFIXES = ("ACCELREG_EMU_", "ACCELREG_TESTING_")

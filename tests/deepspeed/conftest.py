@@ -33,6 +33,7 @@ device and is retried on every call (minutes per Trainer run).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -325,19 +326,35 @@ def ds_helpers(tmp_path_factory: pytest.TempPathFactory) -> Helpers:
     return helpers
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+def _summary() -> list[str]:
     runs = [run for helpers in _HELPERS for run in helpers.runs.values()]
     if not runs:
-        return
-    terminalreporter.section("DeepSpeed helper processes")
+        return []
+    lines = []
     for run in runs:
         configs = [r for r in run.records if "t_config" in r or "t_case" in r]
         per = ", ".join(
             f"{r.get('kind')} {r.get('args')}: {r.get('t_config', r.get('t_case'))} s" for r in configs[:6]
         )
         more = f" (+{len(configs) - 6} more)" if len(configs) > 6 else ""
-        terminalreporter.write_line(
+        lines.append(
             f"{run.name}: {run.wall:.1f} s wall, imports {run.timings.get('import', '?')} s, "
             f"{len(configs)} configurations; {per}{more}"
         )
-    terminalreporter.write_line(f"total: {sum(r.wall for r in runs):.1f} s in {len(runs)} processes")
+    where = f" ({os.environ['PYTEST_XDIST_WORKER']})" if os.environ.get("PYTEST_XDIST_WORKER") else ""
+    lines.append(f"total: {sum(r.wall for r in runs):.1f} s in {len(runs)} processes{where}")
+    return lines
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and (lines := _summary()):  # a pytest-xdist worker: the
+        # controller writes the summary (tests/conftest.py)
+        workeroutput.setdefault("accelreg_summary", {})["DeepSpeed helper processes"] = lines
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if lines := _summary():
+        terminalreporter.section("DeepSpeed helper processes")
+        for line in lines:
+            terminalreporter.write_line(line)

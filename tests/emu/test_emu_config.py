@@ -4,15 +4,18 @@ build cache's locking (in-process where no torch backend is touched)."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
+import sys
 import threading
 import time
 from pathlib import Path
 
+import accelreg_emu
 import pytest
 from accelreg_emu import _build
 from accelreg_emu._config import DEFAULT_CAPACITY, EmuConfigError, parse_size, read_config
 
-from ._runner import check_names, run_checks, run_code
+from accelreg.testing import run_python
 
 pytestmark = pytest.mark.emu
 
@@ -114,115 +117,94 @@ def test_concurrent_first_uses_build_once(tmp_path: Path, monkeypatch: pytest.Mo
     assert loads == [str(results[0])], loads
 
 
-OFF_SCRIPT = r"""
-import importlib.util, sys
+@pytest.mark.accelreg_emu(name=None)
+class TestOff:
+    """Emulation off (``ACCELREG_EMU_NAME`` unset), in a fresh process."""
+
+    def test_no_shim_is_importable(self) -> None:
+        for name in ("torch_npu", "torch_mlu", "torch_musa", "torch_sdaa", "habana_frameworks"):
+            assert importlib.util.find_spec(name) is None, name
+        assert "accelreg_emu_pth" not in sys.modules
+
+    def test_plugin_reports_off_without_importing_torch(self) -> None:
+        from accelreg_emu.plugin import accelreg_backends
+
+        (spec,) = list(accelreg_backends())
+        assert spec.name == "emu" and spec.priority == 5
+        avail = spec.is_available()
+        assert not avail.available and "emulation is off: set ACCELREG_EMU_NAME=" in avail.reason, avail
+        assert spec.device_count() == 0
+        assert "torch" not in sys.modules, "a probe imported torch with emulation off"
+
+    def test_activate_refuses(self) -> None:
+        import accelreg_emu
+
+        assert not accelreg_emu.is_enabled() and not accelreg_emu.config()["enabled"]
+        try:
+            accelreg_emu.activate()
+        except RuntimeError as e:
+            assert "emulation is off" in str(e)
+        else:
+            raise AssertionError("activate() worked with ACCELREG_EMU_NAME unset")
 
 
-def check_no_shim_is_importable():
-    for name in ("torch_npu", "torch_mlu", "torch_musa", "torch_sdaa", "habana_frameworks"):
-        assert importlib.util.find_spec(name) is None, name
-    assert "accelreg_emu_pth" not in sys.modules
+@pytest.mark.accelreg_emu(name="emu", devices=3, memory="1MiB,2MiB,3MiB", ACCELREG_EMU_VISIBLE_DEVICES="1,2")
+class TestEmuName:
+    """The emulator under its own name ``emu``, with a mask (3 devices, 1,2 visible)."""
 
-
-def check_plugin_reports_off_without_importing_torch():
-    from accelreg_emu.plugin import accelreg_backends
-
-    (spec,) = list(accelreg_backends())
-    assert spec.name == "emu" and spec.priority == 5
-    avail = spec.is_available()
-    assert not avail.available and "emulation is off: set ACCELREG_EMU_NAME=" in avail.reason, avail
-    assert spec.device_count() == 0
-    assert "torch" not in sys.modules, "a probe imported torch with emulation off"
-
-
-def check_activate_refuses():
-    import accelreg_emu
-
-    assert not accelreg_emu.is_enabled() and not accelreg_emu.config()["enabled"]
-    try:
+    @pytest.fixture(autouse=True, scope="class")
+    def activated(self) -> None:
         accelreg_emu.activate()
-    except RuntimeError as e:
-        assert "emulation is off" in str(e)
-    else:
-        raise AssertionError("activate() worked with ACCELREG_EMU_NAME unset")
-"""
 
-EMU_SCRIPT = r"""
-import importlib.util, sys
-import torch
-import accelreg_emu
+    def test_no_vendor_shim_under_emu(self) -> None:
+        for name in ("torch_npu", "torch_mlu", "torch_musa", "torch_sdaa", "habana_frameworks"):
+            assert importlib.util.find_spec(name) is None, name
 
-MIB = 1 << 20
-accelreg_emu.activate()
+    def test_emu_device_type_and_module(self) -> None:
+        import torch
 
+        assert accelreg_emu.activate() is accelreg_emu.activate(), "activate() is idempotent"
+        assert torch.emu.device_count() == 2 and torch.accelerator.current_accelerator() == torch.device(
+            "emu"
+        )
+        x = torch.ones(3, device="emu:1") * 2
+        assert x.device == torch.device("emu", 1) and x.cpu().tolist() == [2.0, 2.0, 2.0]
+        try:
+            x + torch.ones(3, device="emu:0")
+        except RuntimeError as e:
+            assert "emu:1 and emu:0!" in str(e), str(e)
+        else:
+            raise AssertionError("mixed devices accepted")
 
-def check_no_vendor_shim_under_emu():
-    for name in ("torch_npu", "torch_mlu", "torch_musa", "torch_sdaa", "habana_frameworks"):
-        assert importlib.util.find_spec(name) is None, name
+    def test_emu_visible_mask(self) -> None:
+        import torch
 
+        # ACCELREG_EMU_DEVICES=3, ACCELREG_EMU_MEMORY=1MiB,2MiB,3MiB, ACCELREG_EMU_VISIBLE_DEVICES=1,2
+        cfg = accelreg_emu.config()
+        assert cfg["visible"] == [1, 2] and cfg["capacities"] == [2 * MIB, 3 * MIB], cfg
+        assert torch.emu.mem_get_info(1) == (3 * MIB, 3 * MIB)
 
-def check_emu_device_type_and_module():
-    assert accelreg_emu.activate() is accelreg_emu.activate(), "activate() is idempotent"
-    assert torch.emu.device_count() == 2 and torch.accelerator.current_accelerator() == torch.device("emu")
-    x = torch.ones(3, device="emu:1") * 2
-    assert x.device == torch.device("emu", 1) and x.cpu().tolist() == [2.0, 2.0, 2.0]
-    try:
-        x + torch.ones(3, device="emu:0")
-    except RuntimeError as e:
-        assert "emu:1 and emu:0!" in str(e), str(e)
-    else:
-        raise AssertionError("mixed devices accepted")
+    def test_plugin_spec_under_emu(self) -> None:
+        import torch
+        from accelreg_emu.plugin import accelreg_backends
 
+        from accelreg.types import Availability
 
-def check_emu_visible_mask():
-    # ACCELREG_EMU_DEVICES=3, ACCELREG_EMU_MEMORY=1MiB,2MiB,3MiB, ACCELREG_EMU_VISIBLE_DEVICES=1,2
-    cfg = accelreg_emu.config()
-    assert cfg["visible"] == [1, 2] and cfg["capacities"] == [2 * MIB, 3 * MIB], cfg
-    assert torch.emu.mem_get_info(1) == (3 * MIB, 3 * MIB)
-
-
-def check_plugin_spec_under_emu():
-    from accelreg.types import Availability
-    from accelreg_emu.plugin import accelreg_backends
-
-    (spec,) = list(accelreg_backends())
-    assert (spec.name, spec.priority, spec.visible_devices_var) == ("emu", 5, "ACCELREG_EMU_VISIBLE_DEVICES")
-    avail = spec.is_available()
-    assert isinstance(avail, Availability) and avail.available, avail
-    assert spec.device_count() == 2 and spec.current_index() == 0
-    keep = torch.empty(MIB, dtype=torch.uint8, device="emu:0")
-    info = spec.memory_info(0)
-    assert info.total == 2 * MIB and info.free == 2 * MIB - torch.emu.memory_allocated(0), info
-    del keep
-"""
-
-
-@pytest.mark.parametrize("check", check_names(OFF_SCRIPT))
-def test_off(off_results: dict[str, str], check: str) -> None:
-    assert off_results[check] == "ok", off_results[check]
-
-
-@pytest.fixture(scope="module")
-def off_results() -> dict[str, str]:
-    return run_checks(OFF_SCRIPT, None)
-
-
-@pytest.fixture(scope="module")
-def emu_results() -> dict[str, str]:
-    return run_checks(
-        EMU_SCRIPT,
-        "emu",
-        devices=3,
-        memory="1MiB,2MiB,3MiB",
-        extra_env={"ACCELREG_EMU_VISIBLE_DEVICES": "1,2"},
-    )
-
-
-@pytest.mark.parametrize("check", check_names(EMU_SCRIPT))
-def test_emu_name(emu_results: dict[str, str], check: str) -> None:
-    assert emu_results[check] == "ok", emu_results[check]
+        (spec,) = list(accelreg_backends())
+        assert (spec.name, spec.priority, spec.visible_devices_var) == (
+            "emu",
+            5,
+            "ACCELREG_EMU_VISIBLE_DEVICES",
+        )
+        avail = spec.is_available()
+        assert isinstance(avail, Availability) and avail.available, avail
+        assert spec.device_count() == 2 and spec.current_index() == 0
+        keep = torch.empty(MIB, dtype=torch.uint8, device="emu:0")
+        info = spec.memory_info(0)
+        assert info.total == 2 * MIB and info.free == 2 * MIB - torch.emu.memory_allocated(0), info
+        del keep
 
 
 def test_bad_setting_fails_import_with_the_variable_named() -> None:
-    proc = run_code("import torch_npu", "npu", memory="plenty", check=False)
+    proc = run_python("import torch_npu", name="npu", memory="plenty", check=False)
     assert proc.returncode != 0 and "ACCELREG_EMU_MEMORY: 'plenty' is not a size" in proc.stderr, proc.stderr

@@ -1,32 +1,38 @@
 """Tensor basics, the same-device rule, memory budgets and the device module, on an
-emulated two-device ``npu`` (one subprocess for the whole module)."""
+emulated two-device ``npu`` (one child process for the whole module)."""
 
 from __future__ import annotations
 
-import pytest
+import copy
+import importlib
+import importlib.util
+import io
+import os
+from collections.abc import Callable
+from types import ModuleType
 
-from ._runner import check_names, run_checks
-
-pytestmark = pytest.mark.emu
-
-MIB = 1 << 20
-
-SCRIPT = r"""
-import copy, importlib.util, io, os
-import torch
-import torch_npu
 import accelreg_emu
+import pytest
+import torch
 
 MIB = 1 << 20
-N = torch.npu.device_count()
+N = 2  # devices of the emulated npu (the marker's)
 SAME = "Expected all tensors to be on the same device, but found at least two devices"
 
+pytestmark = [pytest.mark.emu, pytest.mark.accelreg_emu(name="npu", devices=N, memory=f"{64 * MIB},32MiB")]
 
-def dev(i):
+
+@pytest.fixture(scope="module", autouse=True)
+def torch_npu() -> ModuleType:
+    """The vendor package, as a user imports it: it brings the emulated npu up (in the child)."""
+    return importlib.import_module("torch_npu")
+
+
+def dev(i: int) -> torch.device:
     return torch.device("npu", i)
 
 
-def raises(fn, exc, *fragments):
+def raises(fn: Callable[[], object], exc: type[BaseException], *fragments: str) -> str:
     try:
         fn()
     except exc as e:
@@ -37,22 +43,28 @@ def raises(fn, exc, *fragments):
     raise AssertionError(f"no {exc.__name__} raised")
 
 
-def check_device_count_and_config():
-    assert N == 2 and torch.npu.is_available()
+def test_device_count_and_config() -> None:
+    assert torch.npu.device_count() == N == 2 and torch.npu.is_available()
     cfg = accelreg_emu.config()
     assert cfg["name"] == "npu" and cfg["devices"] == 2 and cfg["active"], cfg
     assert cfg["capacities"] == [64 * MIB, 32 * MIB], cfg
 
 
-def check_factories_on_every_device():
+def test_factories_on_every_device() -> None:
     for i in range(N):
         made = [
-            torch.zeros(3, device=dev(i)), torch.ones(2, 3, device=f"npu:{i}"),
-            torch.full((2,), 7.0, device=dev(i)), torch.arange(5, device=dev(i)),
-            torch.randn(4, device=dev(i)), torch.rand(2, 2, device=dev(i)),
-            torch.empty(2, 2, device=dev(i)), torch.tensor([1, 2, 3], device=dev(i)),
-            torch.eye(3, device=dev(i)), torch.zeros_like(torch.ones(2), device=dev(i)),
-            torch.empty_strided((2, 3), (1, 2), device=dev(i)), torch.linspace(0, 1, 5, device=dev(i)),
+            torch.zeros(3, device=dev(i)),
+            torch.ones(2, 3, device=f"npu:{i}"),
+            torch.full((2,), 7.0, device=dev(i)),
+            torch.arange(5, device=dev(i)),
+            torch.randn(4, device=dev(i)),
+            torch.rand(2, 2, device=dev(i)),
+            torch.empty(2, 2, device=dev(i)),
+            torch.tensor([1, 2, 3], device=dev(i)),
+            torch.eye(3, device=dev(i)),
+            torch.zeros_like(torch.ones(2), device=dev(i)),
+            torch.empty_strided((2, 3), (1, 2), device=dev(i)),
+            torch.linspace(0, 1, 5, device=dev(i)),
         ]
         for t in made:
             assert t.device == dev(i), (t.device, i)
@@ -63,7 +75,7 @@ def check_factories_on_every_device():
     assert torch.empty(1, device="npu").device == dev(0)
 
 
-def check_to_between_devices_and_cpu():
+def test_to_between_devices_and_cpu() -> None:
     x = torch.arange(12.0).reshape(3, 4)
     a = x.to("npu:0")
     b = a.to("npu:1")
@@ -82,7 +94,7 @@ def check_to_between_devices_and_cpu():
     assert torch.equal(x.npu(1).cpu(), x) and x.npu(1).is_npu
 
 
-def check_views_share_storage():
+def test_views_share_storage() -> None:
     for i in range(N):
         a = torch.arange(12.0, device=dev(i))
         v = a.view(3, 4)
@@ -103,7 +115,7 @@ def check_views_share_storage():
         assert torch.view_as_real(c).shape == (2, 2)
 
 
-def check_inplace_ops():
+def test_inplace_ops() -> None:
     for i in range(N):
         a = torch.ones(4, device=dev(i))
         a.add_(1).mul_(3)
@@ -119,7 +131,7 @@ def check_inplace_ops():
         assert b.sum().item() == 0
 
 
-def check_lazy_conjugate_and_negative_bits():
+def test_lazy_conjugate_and_negative_bits() -> None:
     # torch.fft.ifft of a real tensor returns a lazy conjugate (peft's C3A and FourierFT
     # adapters use it); reading one back used to recurse in _copy_from until the process crashed
     x, w = torch.randn(4, 3, 8), torch.randn(5, 3, 8)
@@ -136,7 +148,7 @@ def check_lazy_conjugate_and_negative_bits():
         assert torch.equal(copied.cpu(), ref)
 
 
-def check_convolutions_forward_and_backward_match_the_cpu():
+def test_convolutions_forward_and_backward_match_the_cpu() -> None:
     # without cuDNN or MKL-DNN torch sends a device's convolutions to convolution_overrideable
     # (and its backward), whose CPU kernels are stubs that throw: every Conv and ConvTranspose
     # module failed on the emulator (peft's WaveFT adapter, any vision or audio encoder)
@@ -148,9 +160,14 @@ def check_convolutions_forward_and_backward_match_the_cpu():
         torch.nn.ConvTranspose1d(4, 6, 2, groups=2),
         torch.nn.Conv3d(2, 3, 2),
     ]
-    inputs = [torch.randn(2, 4, 9), torch.randn(2, 3, 9, 9), torch.randn(2, 4, 5, 5), torch.randn(2, 4, 7),
-              torch.randn(1, 2, 4, 4, 4)]
-    for module, x in zip(modules, inputs):
+    inputs = [
+        torch.randn(2, 4, 9),
+        torch.randn(2, 3, 9, 9),
+        torch.randn(2, 4, 5, 5),
+        torch.randn(2, 4, 7),
+        torch.randn(1, 2, 4, 4, 4),
+    ]
+    for module, x in zip(modules, inputs, strict=True):
         ref_x = x.clone().requires_grad_()
         module(ref_x).square().sum().backward()
         ref_grads = [p.grad.clone() for p in module.parameters()]
@@ -161,12 +178,12 @@ def check_convolutions_forward_and_backward_match_the_cpu():
         assert out.device == dev(1), out.device
         out.square().sum().backward()
         assert dx.grad.device == dev(1) and torch.allclose(dx.grad.cpu(), ref_x.grad, atol=1e-4), module
-        for p, g in zip(on.parameters(), ref_grads):
+        for p, g in zip(on.parameters(), ref_grads, strict=True):
             assert p.grad.device == dev(1) and torch.allclose(p.grad.cpu(), g, atol=1e-4), module
     raises(lambda: modules[1].to(dev(0))(inputs[1].to(dev(1))), RuntimeError, SAME)
 
 
-def check_recurrent_cells_forward_and_backward_match_the_cpu():
+def test_recurrent_cells_forward_and_backward_match_the_cpu() -> None:
     # torch sends a device's GRU and LSTM cells to _thnn_fused_gru_cell/_thnn_fused_lstm_cell,
     # which have kernels for CUDA only: nn.GRU, GRUCell, LSTM and LSTMCell failed on the emulator
     torch.manual_seed(0)
@@ -195,11 +212,11 @@ def check_recurrent_cells_forward_and_backward_match_the_cpu():
         assert abs(value.item() - loss(module(x)).item()) < 1e-3, module
         value.backward()
         assert dx.grad.device == dev(1) and torch.allclose(dx.grad.cpu(), ref_x.grad, atol=1e-4), module
-        for p, g in zip(on.parameters(), ref_grads):
+        for p, g in zip(on.parameters(), ref_grads, strict=True):
             assert torch.allclose(p.grad.cpu(), g, atol=1e-4), module
 
 
-def check_indexing_with_host_and_device_indices():
+def test_indexing_with_host_and_device_indices() -> None:
     a = torch.arange(10.0, device="npu:1")
     assert a[3].item() == 3.0
     assert a[torch.tensor([1, 2])].tolist() == [1.0, 2.0]
@@ -210,7 +227,7 @@ def check_indexing_with_host_and_device_indices():
     assert torch.nonzero(a == 5.0).cpu().flatten().tolist() == [0, 5]
 
 
-def check_save_and_load():
+def test_save_and_load() -> None:
     sd = {"w0": torch.randn(3, 3, device=dev(0)), "w1": torch.randn(2, device=dev(1))}
     sd["view"] = sd["w0"][1]
     buf = io.BytesIO()
@@ -228,7 +245,7 @@ def check_save_and_load():
     assert {t.device for t in moved.values()} == {dev(1)}
 
 
-def check_load_state_dict():
+def test_load_state_dict() -> None:
     src = torch.nn.Linear(4, 3)
     m = torch.nn.Linear(4, 3).to("npu:1")
     m.load_state_dict(src.state_dict())
@@ -241,7 +258,7 @@ def check_load_state_dict():
     assert torch.equal(host.weight, src.weight)
 
 
-def check_autograd_backward_on_device_1():
+def test_autograd_backward_on_device_1() -> None:
     torch.manual_seed(0)
     ref = torch.nn.Linear(5, 3)
     x = torch.randn(4, 5)
@@ -260,7 +277,7 @@ def check_autograd_backward_on_device_1():
     assert torch.allclose(lin.weight.detach().cpu(), ref.weight.detach(), atol=1e-6)
 
 
-def check_autograd_across_devices():
+def test_autograd_across_devices() -> None:
     a = torch.randn(8, 8, device="npu:0", requires_grad=True)
     b = (a * 2).to("npu:1")
     (b * b).sum().backward()
@@ -268,7 +285,7 @@ def check_autograd_across_devices():
     assert torch.allclose(a.grad.cpu(), 8 * a.detach().cpu())
 
 
-def check_mixed_devices_rejected():
+def test_mixed_devices_rejected() -> None:
     a = torch.ones(3, device="npu:0")
     b = torch.ones(3, device="npu:1")
     for fn in (
@@ -281,7 +298,8 @@ def check_mixed_devices_rejected():
         msg = raises(fn, RuntimeError, SAME)
         assert "npu:0 and npu:1!" in msg or "npu:1 and npu:0!" in msg, msg
     raises(
-        lambda: torch.index_select(b, 0, torch.tensor([0], device="npu:0")), RuntimeError,
+        lambda: torch.index_select(b, 0, torch.tensor([0], device="npu:0")),
+        RuntimeError,
         SAME + ", npu:1 and npu:0! (when checking argument for argument index in method "
         "wrapper_PrivateUse1__index_select)",
     )
@@ -289,7 +307,7 @@ def check_mixed_devices_rejected():
     raises(lambda: emb(torch.tensor([1, 2], device="npu:0")), RuntimeError, SAME, "index_select")
 
 
-def check_cpu_scalar_allowed_cpu_tensor_rejected():
+def test_cpu_scalar_allowed_cpu_tensor_rejected() -> None:
     a = torch.ones(3, device="npu:1")
     assert (a + torch.tensor(2.0)).tolist() == [3.0, 3.0, 3.0]
     assert (a * torch.tensor(3)).device == dev(1)
@@ -298,14 +316,16 @@ def check_cpu_scalar_allowed_cpu_tensor_rejected():
     raises(lambda: torch.mm(a.view(1, 3), torch.ones(3, 1)), RuntimeError, SAME, "cpu")
 
 
-def check_allocation_past_capacity_raises_oom():
+def test_allocation_past_capacity_raises_oom() -> None:
     base = torch.npu.memory_allocated(1)
     free, total = torch.npu.mem_get_info(1)
     assert total == 32 * MIB and free == total - base, (free, total, base)
     too_big = free + 1
     msg = raises(
-        lambda: torch.empty(too_big, dtype=torch.uint8, device="npu:1"), torch.OutOfMemoryError,
-        "NPU out of memory. Tried to allocate", "npu:1 has a total capacity of 32.00 MiB",
+        lambda: torch.empty(too_big, dtype=torch.uint8, device="npu:1"),
+        torch.OutOfMemoryError,
+        "NPU out of memory. Tried to allocate",
+        "npu:1 has a total capacity of 32.00 MiB",
     )
     assert "is free" in msg
     assert issubclass(torch.OutOfMemoryError, RuntimeError)
@@ -317,7 +337,7 @@ def check_allocation_past_capacity_raises_oom():
     raises(lambda: y.resize_(too_big), torch.OutOfMemoryError, "out of memory")
 
 
-def check_freed_memory_is_returned():
+def test_freed_memory_is_returned() -> None:
     base = torch.npu.memory_allocated(1)
     x = torch.empty(10 * MIB, dtype=torch.uint8, device="npu:1")
     assert torch.npu.memory_allocated(1) == base + 10 * MIB
@@ -345,7 +365,7 @@ def check_freed_memory_is_returned():
     del again
 
 
-def check_per_process_memory_fraction():
+def test_per_process_memory_fraction() -> None:
     torch.npu.set_per_process_memory_fraction(0.5, 0)
     try:
         assert torch.npu.mem_get_info(0)[1] == 32 * MIB
@@ -355,7 +375,7 @@ def check_per_process_memory_fraction():
     assert torch.npu.mem_get_info(0)[1] == 64 * MIB
 
 
-def check_device_selection_api():
+def test_device_selection_api() -> None:
     assert torch.npu.current_device() == 0
     torch.npu.set_device(1)
     assert torch.npu.current_device() == 1 and torch.empty(1, device="npu").device == dev(1)
@@ -376,7 +396,7 @@ def check_device_selection_api():
     assert torch.npu.is_bf16_supported() and torch.npu.is_initialized()
 
 
-def check_rng_api():
+def test_rng_api() -> None:
     torch.npu.manual_seed(3)
     a = torch.randn(5, device="npu:1")
     torch.npu.manual_seed_all(3)
@@ -398,7 +418,7 @@ def check_rng_api():
     assert torch.equal(e.cpu(), torch.randn(2, device="npu:0", generator=g).cpu())
 
 
-def check_streams_and_events():
+def test_streams_and_events() -> None:
     s = torch.npu.Stream()
     assert s.device == dev(0) and s.query()
     with torch.npu.stream(s):
@@ -418,7 +438,7 @@ def check_streams_and_events():
     torch.ones(2, device="npu:0").record_stream(s)
 
 
-def check_generated_methods_and_pinned_memory():
+def test_generated_methods_and_pinned_memory() -> None:
     m = torch.nn.Linear(2, 2).npu(1)
     assert m.weight.device == dev(1) and m.weight.is_npu
     st = torch.ones(4).untyped_storage().npu(1)
@@ -428,7 +448,7 @@ def check_generated_methods_and_pinned_memory():
     assert torch.equal(p.to("npu:1", non_blocking=True).cpu(), torch.ones(4))
 
 
-def check_autocast_and_grad_scaler():
+def test_autocast_and_grad_scaler() -> None:
     a = torch.ones(2, 2, device="npu:0")
     with torch.autocast("npu", dtype=torch.bfloat16):
         y = a @ a
@@ -451,17 +471,18 @@ def check_autocast_and_grad_scaler():
     assert torch.allclose(w.detach().cpu(), torch.full((2,), 0.7))
 
 
-def check_only_own_shim_is_visible():
+def test_only_own_shim_is_visible(torch_npu: ModuleType) -> None:
     spec = importlib.util.find_spec("torch_npu")
     assert spec is not None and os.sep + os.path.join("shims", "npu", "torch_npu") in spec.origin, spec
     for other in ("torch_mlu", "torch_musa", "torch_sdaa", "habana_frameworks"):
         assert importlib.util.find_spec(other) is None, other
     assert torch_npu.npu is torch.npu and "+accelreg.emu" in torch_npu.__version__
     from torch_npu.optim import NpuFusedAdamW
+
     assert issubclass(NpuFusedAdamW, torch.optim.AdamW)
 
 
-def check_npu_fusion_attention_matches_sdpa():
+def test_npu_fusion_attention_matches_sdpa(torch_npu: ModuleType) -> None:
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 5, 2, 8) for _ in range(3))  # BSND
     ref = torch.nn.functional.scaled_dot_product_attention(
@@ -469,22 +490,18 @@ def check_npu_fusion_attention_matches_sdpa():
     ).transpose(1, 2)
     mask = torch.triu(torch.ones(2048, 2048, device="npu:1"), diagonal=1).bool()
     out = torch_npu.npu_fusion_attention(
-        q.to("npu:1"), k.to("npu:1"), v.to("npu:1"), 2, "BSND", atten_mask=mask,
-        scale=8 ** -0.5, keep_prob=1.0, sparse_mode=2,
+        q.to("npu:1"),
+        k.to("npu:1"),
+        v.to("npu:1"),
+        2,
+        "BSND",
+        atten_mask=mask,
+        scale=8**-0.5,
+        keep_prob=1.0,
+        sparse_mode=2,
     )[0]
     assert out.device == dev(1) and torch.allclose(out.cpu(), ref, atol=1e-5)
     x = torch.randn(1, 3, 1, 4)
     cos, sin = torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4)
     rotated = torch.cat((-x[..., 2:], x[..., :2]), dim=-1)
     assert torch.allclose(torch_npu.npu_rotary_mul(x, cos, sin), x * cos + rotated * sin)
-"""
-
-
-@pytest.fixture(scope="module")
-def core_results() -> dict[str, str]:
-    return run_checks(SCRIPT, "npu", devices=2, memory=f"{64 * MIB},32MiB")
-
-
-@pytest.mark.parametrize("check", check_names(SCRIPT))
-def test_core(core_results: dict[str, str], check: str) -> None:
-    assert core_results[check] == "ok", core_results[check]
