@@ -21,6 +21,7 @@ both alike). One torch thread, so the two arms do not compete for the cores.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import statistics
@@ -82,7 +83,7 @@ def _fit(parts: Any, loader: Any, accelerator: Any, warmup: int, steps: int) -> 
     )
     trainer.fit(MLP(), loader)
     starts = timer.starts[warmup:]
-    return statistics.median(b - a for a, b in zip(starts, starts[1:])) * 1e3
+    return statistics.median(b - a for a, b in itertools.pairwise(starts)) * 1e3
 
 
 def main() -> None:

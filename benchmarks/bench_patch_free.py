@@ -36,8 +36,8 @@ from bench_planner_residency import OFFLOAD, shape_budgets  # noqa: E402
 
 import accelreg  # noqa: E402
 from accelreg.planner import plan  # noqa: E402
+from tests._planner_support import build_class, quiet  # noqa: E402
 from tests.test_planner_residency import SHAPES, full_depth  # noqa: E402
-from tests.test_planner_support import build_class, quiet  # noqa: E402
 
 warnings.filterwarnings("ignore")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import textwrap
@@ -280,7 +281,9 @@ def test_report_is_markdown_within_100_columns_and_carries_every_field(capsys, t
         "**Integrations**",
     ):
         assert needle in text, needle
-    assert text == markdown_report() + "\n"
+    # two reports a moment apart: the same text, except the free memory the host has now
+    ram = re.compile(r"^- RAM: .*$", re.M)
+    assert ram.sub("- RAM: ...", text) == ram.sub("- RAM: ...", markdown_report() + "\n")
 
 
 def test_report_tables_fit_by_cutting_the_widest_cell():
