@@ -214,6 +214,7 @@ MLU = (
     "MASK = 'MLU_VISIBLE_DEVICES'\n"
     + LOCAL
     + WHERE
+    + TRAIN
     + r"""
 
 def check_the_driver_is_armed_by_accelreg_run():
@@ -237,6 +238,12 @@ def check_train_would_use_cncl():
     from accelreg.integrations import ray_train
     import ray.train.torch  # noqa: F401 - enables the ray_train integration
     assert ray_train.collective_backend({"MLU": 1}) == ("mlu", "cncl")
+
+
+def check_ray_train_trains_on_the_mlus_over_cncl():
+    ranks = _train("MLU", MASK)
+    _check_trained(ranks, "mlu")
+    assert ranks[0]["process_group"] == "cncl"  # Ray has no MLU: alone it trains on the cpu over gloo
 """
 )
 
