@@ -340,12 +340,43 @@ def _reset_visible_accelerator_env_vars(original: Any) -> Any:
     return reset_visible_accelerator_env_vars
 
 
+#: Ray's setting (read from the environment by the raylet) that lists the resources whose units
+#: are device instances, each handed to one task at a time with its own id. Ray lists its own
+#: accelerators there (``GPU`` is built in); a resource missing from it gets id 0 for every task,
+#: so two tasks given one unit each would share one device.
+UNIT_INSTANCE_VAR = "RAY_custom_unit_instance_resources"
+_BUILT_IN_UNITS = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+def _unit_instance_resources(env: Mapping[str, str]) -> str | None:
+    """The value of :data:`UNIT_INSTANCE_VAR` for a raylet: the one the user set (or Ray's own
+    accelerator names) plus every resource accelreg offers; ``None`` when nothing is added."""
+    from ray._private import accelerators
+
+    given = env.get(UNIT_INSTANCE_VAR, os.environ.get(UNIT_INSTANCE_VAR))
+    if given is not None:
+        names = [n.strip() for n in given.split(",") if n.strip()]
+    else:  # Ray's default: the resource of each of its accelerator managers but the GPU
+        names = sorted(m.get_resource_name() for m in accelerators.get_all_accelerator_managers())
+    missing = [r for r in _groups() if r not in names]
+    if given is not None and not missing:
+        return None
+    return ",".join(n for n in dict.fromkeys([*names, *missing]) if n not in _BUILT_IN_UNITS)
+
+
 def _start_raylet(original: Any) -> Any:
     @functools.wraps(original)
     def start_raylet(*args: Any, **kwargs: Any) -> Any:
         env = dict(kwargs.get("env_updates") or {})
         if AUTO_INSTALL_VAR not in os.environ and AUTO_INSTALL_VAR not in env:
             env[AUTO_INSTALL_VAR] = "1"  # the raylet's workers install accelreg's integrations too
+        try:
+            units = _unit_instance_resources(env)
+        except Exception as exc:  # noqa: BLE001 - a node must start; say what is lost
+            units = None
+            log.warning("accelreg: %s not set (%s): tasks may share a device", UNIT_INSTANCE_VAR, exc)
+        if units is not None:
+            env[UNIT_INSTANCE_VAR] = units  # one device per unit, with its own id
         kwargs["env_updates"] = env
         try:
             for resource in _groups():
@@ -374,6 +405,24 @@ _SET_VISIBLE = (
     "a9c85a1007a11035",  # 2.58-2.60: off; accelerators without a variable are skipped
 )
 _RESET_VISIBLE = ("2d14787e9d42ff60",)  # 2.50-2.60
+
+
+def _on_enable() -> None:
+    """Record this process's own masks of accelreg's resources as Ray's worker does for its own
+    (``original_visible_accelerator_ids``, read when ``ray`` is imported, before this integration
+    is enabled): Ray maps a task's unit ids through them, so a node started under a mask (``accelreg
+    run --devices 1 -- ray start``) hands out its physical device 1, never device 0."""
+    import ray._private.worker as ray_worker
+
+    original = getattr(ray_worker.global_worker, "original_visible_accelerator_ids", None)
+    if not isinstance(original, dict):
+        return
+    for resource in _groups():
+        if original.get(resource) is None:
+            try:
+                original[resource] = _visible_ids(resource)
+            except ValueError as exc:  # a malformed mask: Ray's worker would have raised the same
+                log.warning("accelreg: %s", exc)
 
 
 def _on_disable() -> None:
@@ -446,6 +495,7 @@ INTEGRATION = Integration(
         ),
     ],
     scan_prefixes=("ray",),
+    on_enable=_on_enable,
     on_disable=_on_disable,
     add_status=_status,
 )

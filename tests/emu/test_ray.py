@@ -234,6 +234,23 @@ def check_tasks_get_the_physical_ids_of_the_jobs_mask():
         assert s["id"] == f"mlu={s['mask']}" and s["run"] == "1", s
 
 
+def check_concurrent_actors_get_distinct_devices_of_the_jobs_mask():
+    @ray.remote(num_cpus=0, resources={"MLU": 1})
+    class Holder:
+        def where(self):
+            w = ray._private.worker.global_worker
+            return {"mask": os.environ.get(MASK), "slots": [i for i, _ in w.core_worker.resource_ids()["MLU"]]}
+
+    holders = [Holder.remote() for _ in range(2)]
+    seen = ray.get([h.where.remote() for h in holders])
+    for h in holders:
+        ray.kill(h)
+    # Ray gives a resource outside its unit-instance list id 0 for every task: both on one device
+    assert sorted(s["mask"] for s in seen) == ["0", "1"], seen
+    for s in seen:  # unit i is entry i of the job's mask (accelreg run --devices 1,0)
+        assert s["mask"] == ["1", "0"][s["slots"][0]], seen
+
+
 def check_train_would_use_cncl():
     from accelreg.integrations import ray_train
     import ray.train.torch  # noqa: F401 - enables the ray_train integration
