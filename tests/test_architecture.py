@@ -36,6 +36,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 #: Imports that stay inside a function, and why (anything else belongs at the top of its module).
 LAZY_ALLOWED = {
     ("accelreg.cli.plan", "accelreg.planner.plot"): "matplotlib, only when --plot is given",
+    ("accelreg.launch.job", "accelreg.launch.masks"): (
+        "`accelreg run -- CMD` without --devices starts CMD without the registry (paid once per job)"
+    ),
     ("accelreg.integrations", "accelreg.integrations._seams"): (
         "every Python process under `accelreg run` imports accelreg.integrations at start-up; "
         "the registry (pluggy, the plugins) waits until install() runs"

@@ -156,6 +156,23 @@ def test_accelreg_run_forwards_the_exit_status_and_signals() -> None:
     assert killed.returncode == -signal.SIGTERM  # the command itself got the signal: this process is it
 
 
+def test_the_accelreg_run_wrapper_loads_neither_the_registry_nor_the_planner() -> None:
+    """``accelreg run -- CMD`` is paid once per job before CMD starts: without --devices it needs
+    no registry, plugin, runtime or planner (the whole CLI cost ~0.8 s on the loaded machine)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "accelreg", "run", "--", sys.executable, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        env=clean_environ(),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "accelreg.cli.run" in loaded and "accelreg.launch.job" in loaded  # it did run the wrapper
+    heavy = {"accelreg.registry", "accelreg.planner", "accelreg.meta", "accelreg.cli.env", "pluggy", "torch"}
+    assert not loaded & heavy, sorted(loaded & heavy)
+
+
 def test_accelreg_run_backend_without_devices_is_a_usage_error() -> None:
     proc = _accelreg_run("--backend", "cpu", "--", sys.executable, "-c", "pass")
     assert proc.returncode == 2 and "--backend says whose devices --devices names" in proc.stderr

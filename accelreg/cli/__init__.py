@@ -1,8 +1,10 @@
 """The ``accelreg`` command: ``env``, ``config``, ``resolve``, ``run``, ``plan``.
 
 One module per command (``env.py``, ``config.py``, ``resolve.py``, ``run.py``, ``plan.py``),
-each with its ``cmd_*`` function and (for ``plan``) its parser; this module builds the parser,
-dispatches, and turns accelreg's errors into the stable exit codes of :mod:`._codes`:
+each with its ``add_parser`` and ``cmd_*`` functions; this module builds the parser, dispatches,
+and turns accelreg's errors into the stable exit codes of :mod:`._codes`. A command's module is
+imported when the parser needs it: ``accelreg run -- CMD``, paid once per job before CMD starts,
+loads neither the planner nor the registry (``accelreg --help`` loads them all).
 
 * 0 — success
 * 1 — the request failed: ``resolve`` found no such device, ``plan`` found no fit
@@ -14,6 +16,7 @@ dispatches, and turns accelreg's errors into the stable exit codes of :mod:`._co
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import warnings
@@ -24,13 +27,13 @@ from .._warn import PREFIX
 from ..errors import ConfigError, DeviceMapError, PluginError
 from ._codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_PIPE, EXIT_USAGE
 from ._format import version_line
-from .config import cmd_config
-from .env import cmd_env, env_report
-from .plan import add_plan_parser
-from .resolve import cmd_resolve
-from .run import add_run_parser
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .env import env_report
 
 __all__ = [
+    "COMMANDS",
     "EXIT_CONFIG",
     "EXIT_FAILED",
     "EXIT_OK",
@@ -42,44 +45,43 @@ __all__ = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``accelreg`` argument parser, every command on it."""
+#: The commands, in the order ``accelreg --help`` lists them: each is this package's module of
+#: that name, whose ``add_parser(subparsers)`` registers it.
+COMMANDS = ("env", "config", "resolve", "run", "plan")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "env_report":  # served from .env on first use, as the commands are
+        value = importlib.import_module(f"{__name__}.env").env_report
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the line is worked out only when asked for (it reads package metadata)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show the version line and exit")
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(version_line())  # on stdout, as argparse's own version action
+        parser.exit()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``accelreg`` argument parser: every command on it, or only ``command`` (one of
+    :data:`COMMANDS`), which imports that command's module alone."""
     parser = argparse.ArgumentParser(
         prog="accelreg",
         description="One registry for PyTorch accelerator backends.",
         epilog="Exit codes: 0 ok, 1 request failed, 2 usage error, 3 configuration or plugin error.",
     )
-    parser.add_argument("--version", action="version", version=version_line())
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = sub.add_parser(
-        "env",
-        help="show every backend, why it is (un)available, and what resolve() picks",
-        description="Every backend, why it is (un)available, its runtime's versions and devices, what "
-        "resolve() picks, the configuration files read, the host (OS, Python, CPU, RAM) and the "
-        "libraries: what a bug report needs.",
-    )
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="machine-readable output")
-    out.add_argument(
-        "--report",
-        action="store_true",
-        help="a Markdown block (at most 100 columns) to paste into a bug report",
-    )
-    p.set_defaults(func=cmd_env)
-
-    p = sub.add_parser("config", help="show each effective setting and where it came from")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_config)
-
-    p = sub.add_parser("resolve", help="resolve a device spec (auto, 0, npu, npu:1, cpu, ...)")
-    p.add_argument("spec", nargs="?", default=None, help="device spec; default: auto")
-    p.add_argument("--backend", help="resolve on this backend instead of the current one")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_resolve)
-
-    add_run_parser(sub)
-    add_plan_parser(sub)
+    for name in COMMANDS if command is None else (command,):
+        importlib.import_module(f"{__name__}.{name}").add_parser(sub)
     return parser
 
 
@@ -110,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import platform
 import shutil
 import textwrap
-from importlib import metadata
 
 from .. import __version__
 
@@ -83,6 +82,8 @@ def wrapped(text: str, width: int | None) -> str:
 
 def versions() -> dict[str, str | None]:
     """accelreg's, torch's and Python's versions (torch's without importing it)."""
+    from importlib import metadata  # not at start-up: `accelreg run` never asks (~15 ms)
+
     try:
         torch_version: str | None = metadata.version("torch")
     except metadata.PackageNotFoundError:

@@ -11,7 +11,14 @@ from ..config import KEYS
 from ._codes import EXIT_CONFIG, EXIT_OK
 from ._format import table
 
-__all__ = ["cmd_config"]
+__all__ = ["add_parser", "cmd_config"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``accelreg config`` on the ``accelreg`` command's subparsers."""
+    p = subparsers.add_parser("config", help="show each effective setting and where it came from")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_config)
 
 
 def cmd_config(args: argparse.Namespace) -> int:

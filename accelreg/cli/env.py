@@ -28,7 +28,7 @@ from ..sizes import format_size
 from ._codes import EXIT_OK
 from ._format import table, terminal_width, version_line, versions, wrapped
 
-__all__ = ["LIBRARIES", "REPORT_WIDTH", "cmd_env", "env_report", "markdown_report"]
+__all__ = ["LIBRARIES", "REPORT_WIDTH", "add_parser", "cmd_env", "env_report", "markdown_report"]
 
 #: Libraries whose versions a report lists (read from their metadata: nothing is imported).
 LIBRARIES = (
@@ -46,6 +46,25 @@ LIBRARIES = (
 )
 #: The widest line ``accelreg env --report`` prints.
 REPORT_WIDTH = 100
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``accelreg env`` on the ``accelreg`` command's subparsers."""
+    p = subparsers.add_parser(
+        "env",
+        help="show every backend, why it is (un)available, and what resolve() picks",
+        description="Every backend, why it is (un)available, its runtime's versions and devices, what "
+        "resolve() picks, the configuration files read, the host (OS, Python, CPU, RAM) and the "
+        "libraries: what a bug report needs.",
+    )
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="machine-readable output")
+    out.add_argument(
+        "--report",
+        action="store_true",
+        help="a Markdown block (at most 100 columns) to paste into a bug report",
+    )
+    p.set_defaults(func=cmd_env)
 
 
 def _version_of(distribution: str) -> str | None:

@@ -31,7 +31,7 @@ from ..planner.report import explain, rows
 from ..sizes import format_size
 from ._format import table
 
-__all__ = ["add_plan_parser", "cmd_plan", "parse_max_memory"]
+__all__ = ["add_parser", "cmd_plan", "parse_max_memory"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -72,7 +72,7 @@ class _HelpFormatter(argparse.HelpFormatter):
         )
 
 
-def add_plan_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any) -> None:
     """Register ``accelreg plan`` on the ``accelreg`` command's subparsers."""
 
     p = subparsers.add_parser(

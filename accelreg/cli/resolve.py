@@ -11,7 +11,16 @@ from ..errors import DeviceError
 from ..resolution import resolve
 from ._codes import EXIT_FAILED, EXIT_OK
 
-__all__ = ["cmd_resolve"]
+__all__ = ["add_parser", "cmd_resolve"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``accelreg resolve`` on the ``accelreg`` command's subparsers."""
+    p = subparsers.add_parser("resolve", help="resolve a device spec (auto, 0, npu, npu:1, cpu, ...)")
+    p.add_argument("spec", nargs="?", default=None, help="device spec; default: auto")
+    p.add_argument("--backend", help="resolve on this backend instead of the current one")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_resolve)
 
 
 def _spec(text: str) -> Any:

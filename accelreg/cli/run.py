@@ -7,13 +7,13 @@ import sys
 from typing import Any
 
 from ..errors import DeviceError
-from ..launch import run
+from ..launch.job import run
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-__all__ = ["add_run_parser", "cmd_run"]
+__all__ = ["add_parser", "cmd_run"]
 
 
-def add_run_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any) -> None:
     """Register ``accelreg run`` on the ``accelreg`` command's subparsers."""
     p = subparsers.add_parser(
         "run",

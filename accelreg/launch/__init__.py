@@ -7,11 +7,12 @@
   launchers, ranks and scheduler workers ask the registry without user code. Elsewhere the
   ``.pth`` line costs one environment lookup.
 * :mod:`.masks` — :func:`visible_devices_env` (the variable that makes chosen physical devices a
-  job's logical devices 0..n-1, for any backend), :func:`check_devices_exist`, and :func:`run`,
-  which applies both and replaces the process with the job's command (``accelreg run``).
+  job's logical devices 0..n-1, for any backend) and :func:`check_devices_exist`.
+* :mod:`.job` — :func:`run`, which applies both when devices are given and replaces the process
+  with the job's command (``accelreg run``); without devices it loads no registry.
 
 This ``__init__`` imports nothing (``startup`` must stay cheap); the public functions are served
-from :mod:`.masks` on first use.
+from their modules on first use.
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .masks import check_devices_exist, run, visible_devices_env
+    from .job import run
+    from .masks import check_devices_exist, visible_devices_env
 
 __all__ = ["check_devices_exist", "run", "visible_devices_env"]
 
+_HOME = {"check_devices_exist": "masks", "run": "job", "visible_devices_env": "masks"}
+
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        value = getattr(importlib.import_module(f"{__name__}.masks"), name)
+    if name in _HOME:
+        value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,21 +5,20 @@ A launcher (torchrun, the DeepSpeed launcher) starts N processes and tells each 
 chosen subset of physical devices, mask them for the whole job: with
 ``ASCEND_RT_VISIBLE_DEVICES=0,2`` rank 0 gets physical 0 and rank 1 physical 2 (logical 1).
 :func:`visible_devices_env` computes that mask for any backend without knowing its variable,
-and ``accelreg run --devices 0,2 -- torchrun ...`` applies it and starts the launcher.
+and ``accelreg run --devices 0,2 -- torchrun ...`` applies it (:func:`accelreg.launch.job.run`)
+and starts the launcher.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from .. import registry
 from ..errors import ConfigError, DeviceError
 from ..registry.visible import mask_value
 from ..resolution import current_in_use
-from .startup import ENV_RUN
 
-__all__ = ["check_devices_exist", "run", "visible_devices_env"]
+__all__ = ["check_devices_exist", "visible_devices_env"]
 
 
 def visible_devices_env(backend: str | None, ids: Sequence[int | str]) -> dict[str, str]:
@@ -78,22 +77,3 @@ def check_devices_exist(backend: str | None, ids: Sequence[int | str]) -> None:
         raise DeviceError(
             f"{b.name} has no device {', '.join(missing)}: its devices here are {', '.join(have) or 'none'}{where}"
         )
-
-
-def run(backend: str | None, ids: Sequence[int | str] | None, command: Sequence[str]) -> None:
-    """Replace this process with ``command`` as a job of the registry (never returns).
-
-    Every Python process ``command`` starts installs accelreg's integrations at start-up
-    (``ACCELREG_RUN`` is set for it: see :mod:`accelreg.launch.startup`) and counts as started by
-    a launcher (a present but failing backend is an error there, never a silent cpu). With
-    ``ids``, the backend's visible-devices variable makes those physical devices the job's
-    logical devices 0..n-1; ids the backend does not have are refused first
-    (:func:`check_devices_exist`). Exit status and signals are the command's own: this process
-    becomes it.
-    """
-    env = dict(os.environ)
-    if ids is not None:
-        env.update(visible_devices_env(backend, ids))
-        check_devices_exist(backend, ids)
-    env[ENV_RUN] = "1"
-    os.execvpe(command[0], list(command), env)
