@@ -18,7 +18,7 @@ from ._fakes import plugin, spec
 def launched(monkeypatch):
     """What ``accelreg run`` would have started, instead of starting it."""
     calls: list[tuple[str, list[str], dict[str, str]]] = []
-    monkeypatch.setattr("accelreg.launch.masks.os.execvpe", lambda f, args, env: calls.append((f, args, env)))
+    monkeypatch.setattr("accelreg.launch.job.os.execvpe", lambda f, args, env: calls.append((f, args, env)))
     return calls
 
 

@@ -158,7 +158,8 @@ def test_accelreg_run_forwards_the_exit_status_and_signals() -> None:
 
 def test_the_accelreg_run_wrapper_loads_neither_the_registry_nor_the_planner() -> None:
     """``accelreg run -- CMD`` is paid once per job before CMD starts: without --devices it needs
-    no registry, plugin, runtime or planner (the whole CLI cost ~0.8 s on the loaded machine)."""
+    no registry, plugin, runtime or planner (loading the whole CLI cost +355 ms against +98 ms:
+    docs/benchmarks.md)."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "accelreg", "run", "--", sys.executable, "-c", "pass"],
         capture_output=True,
@@ -168,7 +169,9 @@ def test_the_accelreg_run_wrapper_loads_neither_the_registry_nor_the_planner() -
     )
     assert proc.returncode == 0, proc.stderr
     loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert "accelreg.cli.run" in loaded and "accelreg.launch.job" in loaded  # it did run the wrapper
+    # it did run the wrapper (the command modules themselves, imported through importlib, are not
+    # timed by -X importtime; what they import is)
+    assert "accelreg.launch.job" in loaded
     heavy = {"accelreg.registry", "accelreg.planner", "accelreg.meta", "accelreg.cli.env", "pluggy", "torch"}
     assert not loaded & heavy, sorted(loaded & heavy)
 
