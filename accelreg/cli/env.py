@@ -301,7 +301,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     say()
     rows = []
     for b in report["backends"]:
-        provider = f"{b['provider']} {b['provider_version']}".strip()
+        provider = _provider(b)
         if b["replaces"]:
             provider += f" (replaces {b['replaces']})"
         visible = "-"
@@ -314,17 +314,7 @@ def cmd_env(args: argparse.Namespace) -> int:
             else:
                 mapping = ", ".join(f"{i}->{p}" for i, p in enumerate(b["visible_devices"]))
                 visible = f"{b['visible_devices_var']}={value!r} [{mapping}]"
-        rows.append(
-            [
-                str(b["position"]),
-                b["name"],
-                "yes" if b["available"] else "no",
-                str(b["device_count"]),
-                provider,
-                visible,
-                b["reason"],
-            ]
-        )
+        rows.append([*_backend_cells(b), provider, visible, b["reason"]])
     print(table(rows, ["#", "backend", "available", "devices", "provider", "visible devices", "why"], width))
     say()
     say(_priority_line(report))
@@ -372,6 +362,16 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 # -- the Markdown report ------------------------------------------------------------------
+def _backend_cells(b: dict[str, Any]) -> list[str]:
+    """A backend's first cells in both layouts: position, name, available, devices."""
+    return [str(b["position"]), b["name"], "yes" if b["available"] else "no", str(b["device_count"])]
+
+
+def _provider(b: dict[str, Any]) -> str:
+    """The backend's provider and its version."""
+    return f"{b['provider']} {b['provider_version']}".strip()
+
+
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -424,18 +424,7 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
     out += _bullet(_priority_line(report).replace("  (", " ("), width)
     out += _bullet(_resolve_line(report).replace("  (", " ("), width)
     out += ["", "**Backends** (effective order)", ""]
-    rows = []
-    for b in report["backends"]:
-        provider = f"{b['provider']} {b['provider_version']}".strip()
-        rows.append(
-            [
-                str(b["position"]),
-                b["name"],
-                "yes" if b["available"] else "no",
-                str(b["device_count"]),
-                provider,
-            ]
-        )
+    rows = [[*_backend_cells(b), _provider(b)] for b in report["backends"]]
     out += _md_table(rows, ["#", "backend", "available", "devices", "provider"], width)
     out.append("")
     for b in report["backends"]:

@@ -280,26 +280,8 @@ _SHAPES: dict[str, tuple[str, ...]] = {
 
 
 def _fabric_seams(pkg: str) -> list[Seam]:
-    half = "fabric"
     return [
-        Seam(
-            f"{pkg}.connector",
-            "_Connector._choose_auto_accelerator",
-            why='accelerator="auto" follows the registry\'s priority (cpu only when the registry says cpu)',
-            adapters=(Adapter("2.2-2.6", _choose_auto_accelerator, shapes=_SHAPES[f"{half}:auto"]),),
-        ),
-        Seam(
-            f"{pkg}.connector",
-            "_Connector._choose_strategy",
-            why="one device of a registry backend gets a single-device strategy on that device, not the cpu",
-            adapters=(Adapter("2.2-2.6", _choose_strategy, shapes=_SHAPES[f"{half}:strategy"]),),
-        ),
-        Seam(
-            f"{pkg}.connector",
-            "_Connector._check_and_init_precision",
-            why="mixed precision autocasts on the registry backend's device type, not cuda",
-            adapters=(Adapter("2.2-2.6", _check_and_init_precision, shapes=_SHAPES[f"{half}:precision"]),),
-        ),
+        *_connector_seams(f"{pkg}.connector", "_Connector", "fabric"),
         Seam(
             f"{pkg}.utilities.distributed",
             "_get_default_process_group_backend_for_device",
@@ -317,7 +299,7 @@ def _fabric_seams(pkg: str) -> list[Seam]:
             f"{pkg}.strategies.ddp",
             "DDPStrategy.setup_module",
             why="DDP on a registry backend is built without torch.cuda.Stream",
-            adapters=(Adapter("2.2-2.6", _setup_module, shapes=_SHAPES[f"{half}:ddp"]),),
+            adapters=(Adapter("2.2-2.6", _setup_module, shapes=_SHAPES["fabric:ddp"]),),
         ),
         Seam(
             f"{pkg}.accelerators.registry",
@@ -329,32 +311,40 @@ def _fabric_seams(pkg: str) -> list[Seam]:
 
 
 def _trainer_seams(pkg: str) -> list[Seam]:
-    half = "trainer"
-    connector = f"{pkg}.trainer.connectors.accelerator_connector"
     return [
-        Seam(
-            connector,
-            "_AcceleratorConnector._choose_auto_accelerator",
-            why='accelerator="auto" follows the registry\'s priority (cpu only when the registry says cpu)',
-            adapters=(Adapter("2.2-2.6", _choose_auto_accelerator, shapes=_SHAPES[f"{half}:auto"]),),
-        ),
-        Seam(
-            connector,
-            "_AcceleratorConnector._choose_strategy",
-            why="one device of a registry backend gets a single-device strategy on that device, not the cpu",
-            adapters=(Adapter("2.2-2.6", _choose_strategy, shapes=_SHAPES[f"{half}:strategy"]),),
-        ),
-        Seam(
-            connector,
-            "_AcceleratorConnector._check_and_init_precision",
-            why="mixed precision autocasts on the registry backend's device type, not cuda",
-            adapters=(Adapter("2.2-2.6", _check_and_init_precision, shapes=_SHAPES[f"{half}:precision"]),),
+        *_connector_seams(
+            f"{pkg}.trainer.connectors.accelerator_connector", "_AcceleratorConnector", "trainer"
         ),
         Seam(
             f"{pkg}.strategies.ddp",
             "DDPStrategy._setup_model",
             why="DDP on a registry backend is built without torch.cuda.Stream",
-            adapters=(Adapter("2.2-2.6", _setup_model, shapes=_SHAPES[f"{half}:ddp"]),),
+            adapters=(Adapter("2.2-2.6", _setup_model, shapes=_SHAPES["trainer:ddp"]),),
+        ),
+    ]
+
+
+def _connector_seams(module: str, cls: str, half: str) -> list[Seam]:
+    """The three decisions Fabric's ``_Connector`` and the Trainer's ``_AcceleratorConnector``
+    both make, each with its own source shapes (``half``: ``fabric`` or ``trainer``)."""
+    return [
+        Seam(
+            module,
+            f"{cls}._choose_auto_accelerator",
+            why='accelerator="auto" follows the registry\'s priority (cpu only when the registry says cpu)',
+            adapters=(Adapter("2.2-2.6", _choose_auto_accelerator, shapes=_SHAPES[f"{half}:auto"]),),
+        ),
+        Seam(
+            module,
+            f"{cls}._choose_strategy",
+            why="one device of a registry backend gets a single-device strategy on that device, not the cpu",
+            adapters=(Adapter("2.2-2.6", _choose_strategy, shapes=_SHAPES[f"{half}:strategy"]),),
+        ),
+        Seam(
+            module,
+            f"{cls}._check_and_init_precision",
+            why="mixed precision autocasts on the registry backend's device type, not cuda",
+            adapters=(Adapter("2.2-2.6", _check_and_init_precision, shapes=_SHAPES[f"{half}:precision"]),),
         ),
     ]
 

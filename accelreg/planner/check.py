@@ -60,14 +60,7 @@ def loads(layout: Layout, places: list[str | None]) -> dict[str, int]:
 
 def main_device(device_map: Mapping[Any, Any]) -> str | None:
     """The first accelerator value in the map's order: where accelerate runs offloaded layers."""
-    for value in device_map.values():
-        try:
-            place = place_of(value)
-        except (ValueError, TypeError):
-            continue
-        if place not in ("cpu", "disk"):
-            return place
-    return None
+    return next(iter(_accelerators(device_map)), None)
 
 
 def _accelerators(device_map: Mapping[Any, Any]) -> list[str]:

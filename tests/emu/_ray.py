@@ -15,7 +15,6 @@ its own ``--temp-dir``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from accelreg.testing import clean_environ
 
-from ._runner import _HARNESS, _MARKER, check_names
+from ._runner import _HARNESS, check_results
 
 __all__ = ["RayNode", "free_port", "ray_checks", "ray_environ", "ray_temp_dir"]
 
@@ -105,17 +104,7 @@ def ray_checks(
         )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    results: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith(_MARKER):
-            results = json.loads(line[len(_MARKER) :])
-    if proc.returncode != 0 or not results:
-        failure = (
-            f"driver (emulator {name} x {devices}) exited {proc.returncode}\n"
-            f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-8000:]}"
-        )
-        return {n: f"{results.get(n, 'not run')}\n{failure}" for n in check_names(script)}
-    return results
+    return check_results(proc, script, f"driver (emulator {name} x {devices})")
 
 
 class RayNode:

@@ -116,13 +116,19 @@ def run_checks(script: str, name: str | None = "npu", **kwargs: object) -> dict[
     """
     code = textwrap.dedent(script) + _HARNESS
     proc = run_code(code, name, check=False, **kwargs)  # type: ignore[arg-type]
+    return check_results(proc, script, f"subprocess (ACCELREG_EMU_NAME={name})")
+
+
+def check_results(proc: subprocess.CompletedProcess[str], script: str, who: str) -> dict[str, str]:
+    """The ``{check: "ok" or traceback}`` a harnessed ``script``'s process printed; when it exited
+    abnormally or printed none, every check fails with ``who``, the exit status and its output."""
     results: dict[str, str] = {}
     for line in proc.stdout.splitlines():
         if line.startswith(_MARKER):
             results = json.loads(line[len(_MARKER) :])
     if proc.returncode != 0 or not results:
         failure = (
-            f"subprocess (ACCELREG_EMU_NAME={name}) exited {proc.returncode}\n"
+            f"{who} exited {proc.returncode}\n"
             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-8000:]}"
         )
         return {n: f"{results.get(n, 'not run')}\n{failure}" for n in check_names(script)}
