@@ -82,7 +82,7 @@ def wrapped(text: str, width: int | None) -> str:
 
 def versions() -> dict[str, str | None]:
     """accelreg's, torch's and Python's versions (torch's without importing it)."""
-    from importlib import metadata  # not at start-up: `accelreg run` never asks (~15 ms)
+    from importlib import metadata  # tens of ms to import: `accelreg run` never asks
 
     try:
         torch_version: str | None = metadata.version("torch")

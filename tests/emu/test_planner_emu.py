@@ -106,7 +106,6 @@ def run(factory: Callable[[], tuple[Any, Any]], ids: torch.Tensor, tmp: Path) ->
     devices = {str(p.device) for p in model.parameters()}
     assert len(devices & {"npu:0", "npu:1", "npu:2"}) >= 2, devices
     loss, grads = loss_and_grads(model, ids)
-    assert abs(loss - ref_loss) < 1e-5, (loss, ref_loss)
     assert set(grads) == set(ref_grads), set(ref_grads) ^ set(grads)
     for name, grad in grads.items():
         assert torch.allclose(grad.cpu(), ref_grads[name], atol=1e-5), name
@@ -122,6 +121,9 @@ def run(factory: Callable[[], tuple[Any, Any]], ids: torch.Tensor, tmp: Path) ->
     )
     record: dict[str, Any] = {
         "model": cls.__name__,
+        "loss": loss,
+        "cpu_loss": ref_loss,
+        "npus_used": sorted(devices & {"npu:0", "npu:1", "npu:2"}),
         "accelreg": sorted(set(plan.values())),
         "upstream": sorted({str(v) for v in upstream.values()}),
     }
@@ -158,12 +160,15 @@ def planned(ids: torch.Tensor, tmp: Path) -> Callable[[Callable[[], tuple[Any, A
     return get
 
 
-def test_gpt2_planned_map_trains_with_the_cpu_loss(planned: Callable[..., dict[str, Any]]) -> None:
-    planned(gpt2)
-
-
-def test_t5_planned_map_trains_with_the_cpu_loss(planned: Callable[..., dict[str, Any]]) -> None:
-    planned(t5)
+@pytest.mark.parametrize("factory", [gpt2, t5], ids=["gpt2", "t5"])
+def test_planned_map_trains_with_the_cpu_loss(
+    planned: Callable[..., dict[str, Any]], factory: Callable[[], tuple[Any, Any]]
+) -> None:
+    """Loaded on the planned map over at least two emulated npus, one step gives the cpu's loss
+    (and the cpu's gradients: :func:`run` compares them parameter by parameter)."""
+    record = planned(factory)
+    assert len(record["npus_used"]) >= 2, record
+    assert abs(record["loss"] - record["cpu_loss"]) < 1e-5, record
 
 
 def test_a_chosen_main_device_runs_the_offloaded_blocks(ids: torch.Tensor, tmp: Path) -> None:
