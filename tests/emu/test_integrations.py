@@ -11,7 +11,8 @@ process):
   called; ``device_map="cuda"`` is refused (never remapped).
 * ``MODELS`` — under ``npu`` with 4 small devices: seed 001 (GPT-2's tied ``wte``/``lm_head``
   planned as one unit across a forced split), bitsandbytes 8-bit and 4-bit with
-  ``device_map="auto"``, and peft LoRA on a model spread over two devices.
+  ``device_map="auto"`` (8-bit also on a runtime without the shallow-copy override: refused up
+  front), and peft LoRA on a model spread over two devices.
 
 Both end by uninstalling and checking that every patched attribute is the identical object it
 was before ``install()``. The models are random-initialised and saved to a temporary
@@ -468,34 +469,61 @@ def check_bnb_4bit_auto_loads_quantized_onto_npu_and_matches_cpu_4bit():
     gc.collect()
 
 
-def check_bnb_8bit_auto_on_npu_refused_up_front_not_quantized_on_cpu():
-    """8-bit: bitsandbytes' Int8Params._quantize assigns a quantized npu tensor to the data of a
-    CPU parameter (``self.data = CB``), which torch refuses for a PrivateUse1 device without a
-    shallow-copy override (the emulator registers none). The bitsandbytes placement rule for npu
-    says so, and planning the map refuses the load with a PlacementError before bitsandbytes
-    runs (issue 13); what must never happen is a load that silently quantizes on the cpu."""
+def check_bnb_8bit_auto_loads_quantized_onto_npu_and_matches_cpu_8bit():
+    """8-bit: bitsandbytes' Int8Params._quantize swaps a cpu parameter's data for the int8 result
+    on the device (``self.data = CB``), which torch allows only where the runtime says host and
+    device tensors are shallow-copy compatible: torch_npu and torch_mlu register that override,
+    and so does the emulator. The layers land quantized on npu devices, with the cpu's logits."""
     if BNB_BEFORE_050:
         return  # pins bitsandbytes 0.50's behaviour; docs/compatibility.md records the older sets
     q = BitsAndBytesConfig(load_in_8bit=True)
+    assert accelreg.placement_rule("npu", "bnb_8bit").unsupported == ""
+    model = Qwen2ForCausalLM.from_pretrained(QWEN_PATH, device_map="auto", quantization_config=q)
+    layer = model.model.layers[0].self_attn.q_proj
+    assert type(layer).__name__ == "Linear8bitLt", type(layer)
+    assert layer.weight.dtype == torch.int8 and layer.weight.device.type == "npu", layer.weight
+    assert layer.weight.SCB.device == layer.weight.device
+    assert {p.device.type for p in model.parameters()} == {"npu"}
+    ref = Qwen2ForCausalLM.from_pretrained(QWEN_PATH, device_map="cpu", quantization_config=q)
+    with torch.no_grad():
+        got = model(QWEN_IDS.to(next(model.parameters()).device)).logits.cpu()
+        want = ref(QWEN_IDS).logits
+    assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
+    del model, ref
+    gc.collect()
+
+
+def check_bnb_8bit_without_the_runtime_override_is_refused_up_front_not_quantized_on_cpu():
+    """A PrivateUse1 runtime that registers no shallow-copy override (the emulator with it turned
+    off, as ``ACCELREG_EMU_SHALLOW_COPY=0`` does) cannot take bitsandbytes' 8-bit swap: the
+    bitsandbytes placement rule for npu says so, and planning the map refuses the load with a
+    PlacementError before bitsandbytes runs (issue 13); what must never happen is a load that
+    silently quantizes on the cpu."""
+    if BNB_BEFORE_050:
+        return
+    torch.ops.accelreg_emu.set_shallow_copy_compatible(False)
+    accelreg.reset()  # the bnb plugin asks torch again when the registry is rebuilt
     try:
-        model = Qwen2ForCausalLM.from_pretrained(QWEN_PATH, device_map="auto", quantization_config=q)
-    except accelreg.PlacementError as e:
-        msg = str(e)
-        assert "bitsandbytes cannot quantize 8-bit weights onto npu" in msg, msg
-    else:
-        devices = {str(p.device) for p in model.parameters()}
-        raise AssertionError(
-            CHANGED + f"an 8-bit bitsandbytes load onto npu now succeeds (parameters on {devices}); "
-            "assert that it is really quantized on npu and update this check"
-        )
-    # the cause, directly
-    param = bitsandbytes.nn.Int8Params(torch.randn(4, 4), requires_grad=False, has_fp16_weights=False)
-    try:
-        param.to("npu:0")
-    except RuntimeError as e:
-        assert "incompatible tensor type" in str(e), str(e)
-    else:
-        raise AssertionError(CHANGED + "Int8Params now quantizes onto a PrivateUse1 device")
+        q = BitsAndBytesConfig(load_in_8bit=True)
+        try:
+            model = Qwen2ForCausalLM.from_pretrained(QWEN_PATH, device_map="auto", quantization_config=q)
+        except accelreg.PlacementError as e:
+            msg = str(e)
+            assert "bitsandbytes cannot quantize 8-bit weights onto npu" in msg, msg
+        else:
+            devices = {str(p.device) for p in model.parameters()}
+            raise AssertionError(f"an 8-bit load was not refused (parameters on {devices})")
+        # the cause, directly
+        param = bitsandbytes.nn.Int8Params(torch.randn(4, 4), requires_grad=False, has_fp16_weights=False)
+        try:
+            param.to("npu:0")
+        except RuntimeError as e:
+            assert "incompatible tensor type" in str(e), str(e)
+        else:
+            raise AssertionError(CHANGED + "Int8Params quantizes onto a PrivateUse1 device without the override")
+    finally:
+        torch.ops.accelreg_emu.set_shallow_copy_compatible(True)
+        accelreg.reset()
     gc.collect()
 
 

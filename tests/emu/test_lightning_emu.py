@@ -112,6 +112,34 @@ def test_fabric_runs_on_the_device_and_autocasts_there(installed):
 
 
 @pytest.mark.accelreg_emu(name="npu", devices=2)
+def test_fabric_setup_with_the_optimizer_built_first_trains_the_moved_parameters(installed):
+    """``fabric.setup(model, optimizer)`` with the optimizer made before the model moves: the
+    emulator keeps Parameter identity across ``module.to(device)``, as CUDA and torch_npu do, so
+    the optimizer steps the parameters on the device (new Parameters would leave it stepping
+    stale cpu copies while the model never changes)."""
+    import lightning as L
+
+    reference = tiny(L)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    model = tiny(L)
+    held = list(model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    fabric = L.Fabric(accelerator="npu", devices=1)
+    wrapped, optimizer = fabric.setup(model, optimizer)
+    assert all(a is b for a, b in zip(held, wrapped.parameters(), strict=True))
+    assert {p.device for p in wrapped.parameters()} == {torch.device("npu", 0)}
+    for x, y in data():
+        optimizer.zero_grad()
+        fabric.backward(torch.nn.functional.mse_loss(wrapped(fabric.to_device(x)), fabric.to_device(y)))
+        optimizer.step()
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+    got, want = params(wrapped), params(reference)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got, want, strict=True)), (got, want)
+
+
+@pytest.mark.accelreg_emu(name="npu", devices=2)
 def test_the_standalone_import_name_trains_on_the_device_too():
     pl = pytest.importorskip("pytorch_lightning", reason="the standalone import name (pytorch-lightning)")
     from accelreg.integrations import pytorch_lightning as ar_pl
