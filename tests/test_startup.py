@@ -77,11 +77,14 @@ def test_auto_install_off_values_arm_nothing(value: str) -> None:
 
 
 def test_the_watch_list_covers_every_host_library() -> None:
-    from accelreg.integrations import HOSTS
+    from accelreg.integrations import FOLLOWERS, HOSTS
 
     names = startup.watched()
-    for trigger in HOSTS.values():
-        assert trigger in names and trigger.split(".")[0] in names
+    for name, trigger in HOSTS.items():
+        if name in FOLLOWERS:  # torch: every job process imports it; install() waits for a host library
+            assert trigger not in names and trigger.split(".")[0] not in names
+        else:
+            assert trigger in names and trigger.split(".")[0] in names
 
 
 @pytest.mark.parametrize("name", ["npu", "emu"])

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._seams import Integration, IntegrationWarning, raise_recorded
 
 __all__ = [
+    "FOLLOWERS",
     "HOSTS",
     "INTEGRATIONS",
     "IntegrationWarning",
@@ -48,6 +49,9 @@ __all__ = [
 #: ``ray/__init__`` does not import ``ray.train``.
 HOSTS: dict[str, str] = {
     "accelerate": "accelerate",
+    # accelerate's command line (launch, config default, env): the CLI imports every command
+    # module; a training process that imports accelerate never loads them
+    "accelerate_launch": "accelerate.commands.launch",
     "transformers": "transformers.modeling_utils",
     "peft": "peft",
     "deepspeed": "deepspeed",
@@ -59,7 +63,15 @@ HOSTS: dict[str, str] = {
     "lightning": "lightning",
     "lightning_fabric": "lightning_fabric",
     "pytorch_lightning": "pytorch_lightning",
+    # torch.accelerator answers the registry's backend (every host library imports torch first,
+    # so in a process that imports one this is enabled with it; see FOLLOWERS)
+    "torch_accelerator": "torch.accelerator",
 }
+
+#: Integrations ``install()`` enables, whose trigger does not make ``accelreg run``'s start-up
+#: hook call ``install()`` (:func:`accelreg.launch.startup.watched`): every process imports
+#: torch, and torch's import must not pay for the registry; a host library's import does.
+FOLLOWERS: frozenset[str] = frozenset({"torch_accelerator"})
 
 #: name -> (integration module, trigger): :data:`HOSTS` with each module's full name.
 INTEGRATIONS: dict[str, tuple[str, str]] = {name: (f"{__name__}.{name}", t) for name, t in HOSTS.items()}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from ..integrations import HOSTS, _postimport, install
+from ..integrations import FOLLOWERS, HOSTS, _postimport, install
 
 TYPE_CHECKING = False  # nothing Python has not loaded at start-up (see docs/benchmarks.md)
 if TYPE_CHECKING:
@@ -44,9 +44,11 @@ def armed(environ: Mapping[str, str] | None = None) -> bool:
 
 def watched() -> tuple[str, ...]:
     """The module names whose first import runs ``install()``: every host library's trigger and
-    its top-level package."""
+    its top-level package (not the :data:`~accelreg.integrations.FOLLOWERS`' triggers)."""
     names: list[str] = []
-    for trigger in HOSTS.values():
+    for host, trigger in HOSTS.items():
+        if host in FOLLOWERS:
+            continue
         for name in (trigger.split(".")[0], trigger):
             if name not in names:
                 names.append(name)
