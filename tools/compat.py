@@ -40,6 +40,8 @@ LIBRARIES = {  # integration -> the distribution whose wheels the survey reads
     "lightning": "lightning",
     "pytorch_lightning": "pytorch-lightning",
     "lightning_fabric": "pytorch-lightning",  # bundled there (alone: the lightning-fabric distribution)
+    "accelerate_launch": "accelerate",  # accelerate's command line: the same wheel
+    "torch_accelerator": "torch",  # torch.accelerator (its wheels are not surveyed: the base environment's)
 }
 OTHERS = ("bitsandbytes", "kernels", "torch", "huggingface_hub", "tokenizers", "lightning-fabric")
 

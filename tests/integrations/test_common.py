@@ -47,6 +47,8 @@ MIN_HOLDERS = {
     "lightning": 14,  # 2.2 has no model_parallel strategies (2.6: 16)
     "lightning_fabric": 10,  # (2.6: 12)
     "pytorch_lightning": 4,
+    "accelerate_launch": 14,  # the launch helpers re-exported by accelerate.utils and held by the command
+    "torch_accelerator": 1,
 }
 
 
@@ -170,6 +172,8 @@ UNTESTED = {
     "lightning": "2.7.0",
     "lightning_fabric": "2.7.0",
     "pytorch_lightning": "2.7.0",
+    "accelerate_launch": "1.17.0",
+    "torch_accelerator": "2.5.0",  # below the tested >=2.6 (a fake version: torch stays as it is)
 }
 
 
