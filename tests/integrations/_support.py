@@ -105,7 +105,11 @@ class Snapshot:
         for n in names:
             for seam, owner, attr in _owners(_integration(n)):
                 # Fabric's and the Trainer's DeepSpeedStrategy share a seam name: the module tells them apart
-                self.seams[(n, f"{seam.module}.{seam.name}")] = (owner, attr, inspect.getattr_static(owner, attr))
+                self.seams[(n, f"{seam.module}.{seam.name}")] = (
+                    owner,
+                    attr,
+                    inspect.getattr_static(owner, attr),
+                )
                 if isinstance(owner, type):
                     self.classes[owner] = dict(vars(owner))
 
