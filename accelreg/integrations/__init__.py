@@ -19,6 +19,8 @@ served by name (:func:`integration`, and ``IntegrationWarning``/``raise_recorded
 from __future__ import annotations
 
 import importlib
+import sys
+import warnings
 
 from . import _postimport
 
@@ -33,6 +35,7 @@ __all__ = [
     "FOLLOWERS",
     "HOSTS",
     "INTEGRATIONS",
+    "PREPARED",
     "IntegrationWarning",
     "install",
     "integration",
@@ -72,6 +75,10 @@ HOSTS: dict[str, str] = {
 #: hook call ``install()`` (:func:`accelreg.launch.startup.watched`): every process imports
 #: torch, and torch's import must not pay for the registry; a host library's import does.
 FOLLOWERS: frozenset[str] = frozenset({"torch_accelerator"})
+
+#: Integrations with a ``prepare`` step (work before the library first runs): ``install()``
+#: imports their modules at once; every other integration module waits for its library.
+PREPARED: frozenset[str] = frozenset({"deepspeed"})
 
 #: name -> (integration module, trigger): :data:`HOSTS` with each module's full name.
 INTEGRATIONS: dict[str, tuple[str, str]] = {name: (f"{__name__}.{name}", t) for name, t in HOSTS.items()}
@@ -114,38 +121,66 @@ def install() -> list[str]:
     imported and enabled *now*, so a seam that matches no adapter raises
     :class:`~accelreg.errors.IntegrationError` from this call; the integrations it enabled
     are disabled again first, so a failed ``install()`` leaves nothing half-installed.
+
+    Outside strict mode an integration's own module is imported only when its library is
+    (the integrations in :data:`PREPARED` now: their ``prepare`` must run before the library
+    does), so a process that imports one host library pays for that library's seams only.
     """
-    from ._seams import enable_in_hook, raise_recorded, strict_mode
+    from ._seams import raise_recorded, strict_mode
 
     raise_recorded()
     strict = strict_mode()
-    chosen: list[Integration] = []
+    chosen: list[str] = []
     installed = {name: trigger for name, trigger in HOSTS.items() if _library_installed(trigger)}
-    before = {name for name in installed if integration(name).enabled}
+    before = {name for name in installed if _loaded(name) and integration(name).enabled}
     try:
         for name, trigger in installed.items():
-            integ = integration(name)
-            chosen.append(integ)
-            if integ.prepare is not None:
-                integ.prepare()  # work that must happen before the library first runs (imports nothing)
+            chosen.append(name)
+            if name in PREPARED or strict:
+                integ = integration(name)
+                if integ.prepare is not None:
+                    integ.prepare()  # work that must happen before the library first runs (imports nothing)
             if strict:
                 importlib.import_module(trigger)
-                integ.enable()  # reads the strict setting: raises on a seam it cannot match
+                integration(name).enable()  # reads the strict setting: raises on a seam it cannot match
             else:
-                _postimport.when_imported(trigger, lambda _module, i=integ: enable_in_hook(i))
+                _postimport.when_imported(trigger, lambda _module, n=name: _enable_in_hook(n))
     except BaseException:
-        for integ in chosen:
-            _postimport.cancel(HOSTS[integ.name])
-            if integ.name not in before:
-                integ.disable()
+        for name in chosen:
+            _postimport.cancel(HOSTS[name])
+            if name not in before and _loaded(name):
+                integration(name).disable()
         raise
-    return [integ.name for integ in chosen]
+    return chosen
+
+
+def _loaded(name: str) -> bool:
+    """Whether integration ``name``'s module is imported (one that is not cannot be enabled)."""
+    return INTEGRATIONS[name][0] in sys.modules
+
+
+def _enable_in_hook(name: str) -> None:
+    """Import integration ``name`` and enable it, from the import hook of its library: nothing
+    raises into the user's ``import`` (see :func:`~._seams.enable_in_hook`)."""
+    from ._seams import IntegrationWarning, enable_in_hook
+
+    try:
+        integ = integration(name)
+    except Exception as exc:  # noqa: BLE001 - an import that failed must not reach the user's import
+        warnings.warn(
+            IntegrationWarning(f"accelreg: the {name} integration could not be imported ({exc}); it stays off"),
+            stacklevel=2,
+        )
+        return
+    enable_in_hook(integ)
 
 
 def uninstall() -> None:
     """Disable every integration and forget pending ones."""
     for name, trigger in HOSTS.items():
         _postimport.cancel(trigger)
+        if not _loaded(name):
+            continue  # never imported, so never enabled or prepared
         integ = integration(name)
         if integ.unprepare is not None:
             integ.unprepare()

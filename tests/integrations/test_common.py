@@ -448,3 +448,23 @@ def test_status_tracks_this_process():
     assert after["peft"]["enabled"] is True and after["peft"]["install"] == "enabled in this process"
     assert after["peft"]["note"].endswith("holders patched")
     assert after["accelerate"]["enabled"] is False
+
+
+def test_prepared_lists_exactly_the_integrations_with_a_prepare_step():
+    for name in NAMES:
+        assert (_integration(name).prepare is not None) == (name in integrations.PREPARED), name
+
+
+def test_install_imports_an_integration_module_only_with_its_library():
+    """A process that imports no host library imports no integration module but the prepared
+    ones (DeepSpeed's hand-over must be in place before DeepSpeed first runs)."""
+    code = (
+        "import sys, accelreg.integrations as i; i.install(); "
+        "print(sorted(n for n in sys.modules if n.startswith('accelreg.integrations.') and not n.endswith('_postimport')"
+        " and not n.endswith('_seams') and not n.endswith('ds_accelerator')))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELREG_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == str(sorted(f"accelreg.integrations.{n}" for n in integrations.PREPARED)), out
