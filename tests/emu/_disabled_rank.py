@@ -42,6 +42,7 @@ def record(rank: int, **extra: object) -> None:
         "deepspeed": get_accelerator().device_name(),
         "ray_npu": _ray_npu(),
         "npu_mask": os.environ.get("ASCEND_RT_VISIBLE_DEVICES"),
+        "cuda_mask": os.environ.get("CUDA_VISIBLE_DEVICES"),
         **extra,
     }
     with open(os.path.join(OUT, f"rank{rank}.json"), "w") as fh:
