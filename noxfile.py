@@ -104,6 +104,10 @@ MATRIX_TESTS = [
     "tests/emu/test_ray.py",
     "tests/test_lightning.py",
     "tests/emu/test_lightning_emu.py",
+    # issue 28: accelerate's launcher and ranks, torch.accelerator, a disabled backend
+    "tests/emu/test_accelerate_launch.py",
+    "tests/emu/test_torch_accelerator.py",
+    "tests/emu/test_disabled_backend.py",
     "-k",
     # the integration subset (not the thread and env runs the default suite has), seed 002 on one
     # emulated backend (the default suite runs three), seed 000 stock and with install(), the
@@ -243,6 +247,14 @@ def survey(session: nox.Session) -> None:
                     silent=True,
                 )
     session.run("python", "tools/compat.py", "survey", "--wheels", str(wheels))
+    # torch.accelerator's call sites in the same releases, and DeepSpeed's (sdists only)
+    for minor in ("0.17", "0.18", "0.19"):
+        if not list(wheels.glob(f"deepspeed-{minor}.*")):
+            session.run(
+                "python", "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                "-d", str(wheels), f"deepspeed~={minor}.0", silent=True,
+            )  # fmt: skip
+    session.run("python", "tools/compat.py", "accelerator-calls", "--wheels", str(wheels))
     session.run("python", "tools/compat.py", "table")
 
 
