@@ -218,3 +218,39 @@ def test_accelerate_env_shows_the_registry_backend(jobs):
     job = jobs["env"]
     assert job.returncode == 0, job.describe()
     assert "- accelreg registry backend: emu (emu:0, emu:1; collectives emuccl)" in job.output, job.describe()
+
+
+@pytest.mark.accelreg_emu(name="emu", devices=2)
+def test_a_launched_rank_that_accelerate_puts_on_the_cpu_is_a_device_error(monkeypatch):
+    """Never silently cpu: where accelerate itself decides the cpu for a launched rank (its own
+    type detection, say a release whose ``_prepare_backend`` seam is skipped) while the
+    registry has an available accelerator, the ``set_device`` seam raises, naming the call;
+    a rank that asked for the cpu gets it."""
+    from types import SimpleNamespace
+
+    import accelerate.state as state
+
+    import accelreg
+    from accelreg.integrations import accelerate as ar_accelerate
+
+    for key, value in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(key, value)
+    accelreg.reset()
+    ar_accelerate.enable()
+    try:
+        kinds = state.DistributedType
+        rank = SimpleNamespace(
+            device=None, distributed_type=kinds.MULTI_CPU, _cpu=False, local_process_index=0
+        )
+        with pytest.raises(accelreg.DeviceError) as info:
+            state.PartialState.set_device(rank)
+        message = str(info.value)
+        assert "accelerate.PartialState.set_device() put this process on the cpu" in message, message
+        assert "emu is available here (emu:0, emu:1)" in message and "LOCAL_RANK=0" in message, message
+        asked = SimpleNamespace(
+            device=None, distributed_type=kinds.MULTI_CPU, _cpu=True, local_process_index=0
+        )
+        state.PartialState.set_device(asked)
+        assert asked.device.type == "cpu"
+    finally:
+        ar_accelerate.disable()
