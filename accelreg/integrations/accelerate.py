@@ -565,29 +565,20 @@ LAUNCHER = Integration(
                 Adapter("1.10-1.16", _validate_launch_command, shapes=_SHAPES["validate"], params=("args",)),
             ),
         ),
-        Seam(
-            "accelerate.utils.launch",
-            "prepare_multi_gpu_env",
-            _prepare_env,
-            params=("args",),
-            importers=("accelerate.commands.launch", "accelerate.utils"),
-            why="--gpu_ids masks the registry backend's visible-devices variable",
-        ),
-        Seam(
-            "accelerate.utils.launch",
-            "prepare_simple_launcher_cmd_env",
-            _prepare_env,
-            params=("args",),
-            importers=("accelerate.commands.launch", "accelerate.utils"),
-            why="--gpu_ids masks the registry backend's visible-devices variable",
-        ),
-        Seam(
-            "accelerate.utils.launch",
-            "prepare_deepspeed_cmd_env",
-            _prepare_env,
-            params=("args",),
-            importers=("accelerate.commands.launch", "accelerate.utils"),
-            why="--gpu_ids masks the registry backend's visible-devices variable",
+        *(
+            Seam(
+                "accelerate.utils.launch",
+                name,
+                _prepare_env,
+                params=("args",),
+                importers=("accelerate.commands.launch", "accelerate.utils"),
+                why="--gpu_ids masks the registry backend's visible-devices variable",
+            )
+            for name in (
+                "prepare_multi_gpu_env",
+                "prepare_simple_launcher_cmd_env",
+                "prepare_deepspeed_cmd_env",
+            )
         ),
         Seam(
             "accelerate.commands.config.default",
