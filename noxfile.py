@@ -4,7 +4,7 @@
     nox -s matrix                             # every set
     nox -s survey                             # every release in the window, read statically
     nox -s upstream                           # accelerate's, peft's and Lightning's own suites, stock vs install()
-    python tools/compat.py table              # docs/compatibility.md from the records
+    python tools/compat.py table              # docs/compatibility.md from the table and the records
 
 Each release set is *layered* over the environment the README sets up (torch, the emulator and
 everything else stay): its pinned releases are installed with ``pip install --no-deps --target``
@@ -31,38 +31,27 @@ nox.options.sessions = ["matrix"]
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / ".nox-results"
 
-#: The sets (the window: transformers 4.57.x and 5.0-5.25, accelerate 1.10-1.16, peft 0.17-0.21,
-#: DeepSpeed 0.17-0.19.8, bitsandbytes 0.47-0.50, Ray 2.50-2.60: 2.50 runs Ray Train 1 by default,
-#: 2.54 and later Train 2; Lightning 2.2-2.6.6). "dev" is the environment as the README sets it
-#: up (no layer): the one the default test suite runs on.
+#: The sets. The releases of the host libraries come from the integrations table
+#: (``accelreg.integrations.table.release_sets()``: each integration declares the exact release
+#: each set runs, inside the range it serves); here are only the releases of what the
+#: integrations need beside them (hub, tokenizers, kernels, requests, bitsandbytes, setuptools),
+#: and why. "dev" is the environment as the README sets it up (no layer): the one the default test
+#: suite runs on.
 _REQUESTS = {"requests": "2.32.5", "urllib3": "2.5.0", "charset-normalizer": "3.4.4", "certifi": "2025.10.5"}
-SETS: dict[str, dict[str, str]] = {
+COMPANIONS: dict[str, dict[str, str]] = {
     "oldest": {
-        "transformers": "4.57.6",
-        "accelerate": "1.10.1",
-        "peft": "0.17.1",
-        "deepspeed": "0.17.6",
         "bitsandbytes": "0.47.0",
-        "ray": "2.50.1",
         # transformers 4.57 wants huggingface_hub<1.0 (which needs requests) and tokenizers<0.23;
         # its kernels extra kernels>=0.6.1,<=0.9 (the base environment's 0.19 needs a newer hub)
         "huggingface_hub": "0.36.0",
         "kernels": "0.9.1",
         "tokenizers": "0.22.1",
         **_REQUESTS,
-        # both import names of Lightning (lightning; pytorch_lightning with lightning_fabric).
         # Lightning 2.2-2.3 import pkg_resources, which setuptools 81 removed
-        "lightning": "2.2.5",
-        "pytorch-lightning": "2.2.5",
         "setuptools": "80.9.0",
     },
     "middle": {
-        "transformers": "5.3.0",
-        "accelerate": "1.13.0",
-        "peft": "0.19.1",
-        "deepspeed": "0.18.9",
         "bitsandbytes": "0.48.2",
-        "ray": "2.55.1",
         # transformers 5.3 wants huggingface_hub>=1.3,<2 (which needs httpx) and tokenizers<=0.23.0;
         # its kernels extra kernels>=0.10.2,<0.11
         "huggingface_hub": "1.33.0",
@@ -71,23 +60,24 @@ SETS: dict[str, dict[str, str]] = {
         "httpx": "0.28.1",
         "httpcore": "1.0.9",
         "certifi": "2025.10.5",
-        "lightning": "2.4.0",
-        "pytorch-lightning": "2.4.0",
     },
     "dev": {},
     "newest": {
-        # transformers 5.25 requires kernels (>=0.19.1,<0.20) and kernelizes every load by default
-        "transformers": "5.25.0",
-        "kernels": "0.19.1",
-        "accelerate": "1.16.0",
-        "peft": "0.21.2",
-        "deepspeed": "0.19.8",
         "bitsandbytes": "0.50.2",
-        "ray": "2.60.0",
-        "lightning": "2.6.6",
-        "pytorch-lightning": "2.6.6",
+        # transformers 5.25 requires kernels (>=0.19.1,<0.20) and kernelizes every load by default
+        "kernels": "0.19.1",
     },
 }
+
+
+def _sets() -> dict[str, dict[str, str]]:
+    from accelreg.integrations import table
+
+    declared = table.release_sets()
+    return {name: {**declared.get(name, {}), **extra} for name, extra in COMPANIONS.items()}
+
+
+SETS: dict[str, dict[str, str]] = _sets()
 
 #: What each set runs: the integrations, import safety, placement, the patch-free path, the
 #: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator) and Lightning
@@ -216,20 +206,20 @@ def matrix(session: nox.Session, release_set: str) -> None:
 
 @nox.session
 def survey(session: nox.Session) -> None:
-    """Every release in the window, each seam's adapter read from the wheel (no import)."""
+    """Every minor release in the table's ranges, each seam's adapter read from its wheel (an
+    sdist where there is none: DeepSpeed), importing nothing."""
     wheels = Path(os.environ.get("ACCELREG_WHEELS", Path.home() / ".cache" / "accelreg" / "wheels"))
-    releases = {
-        "transformers": ["4.57.0", "4.57.6"] + [f"5.{m}" for m in range(26)],
-        "accelerate": [f"1.{m}" for m in range(10, 17)],
-        "peft": [f"0.{m}" for m in range(17, 22)],
-        "ray": [f"2.{m}" for m in range(50, 61)],
-        "lightning": [f"2.{m}" for m in range(2, 7)] + ["2.2.0", "2.5.2", "2.5.5"],
-        "pytorch-lightning": [f"2.{m}" for m in range(2, 7)],
-    }
+    from accelreg.integrations import table
+
+    releases: dict[str, list[str]] = {}
+    for integ in table.integrations():  # the minors of every range the table declares
+        known = releases.setdefault(integ.distribution, [])
+        known += [m for m in integ.window.minors() if m not in known]
     for dist, minors in releases.items():
         for minor in minors:
             spec = f"{dist}=={minor}" if minor.count(".") == 2 else f"{dist}~={minor}.0"
-            if not list(wheels.glob(f"{dist.replace('-', '_')}-{minor}*.whl")):
+            stem = f"{dist.replace('-', '_')}-{minor}"
+            if not list(wheels.glob(f"{stem}*.whl")) and not list(wheels.glob(f"{stem}*.tar.gz")):
                 session.run(
                     "python",
                     "-m",

@@ -21,7 +21,16 @@ import imports
 #: facade (``accelreg``) imports nothing but the errors at import time and serves the rest lazily,
 #: so it counts as the bottom.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("accelreg", "accelreg._text", "accelreg._warn", "accelreg.errors", "accelreg.types", "accelreg.sizes"),
+    (
+        "accelreg",
+        "accelreg._text",
+        "accelreg._warn",
+        "accelreg.errors",
+        "accelreg.types",
+        "accelreg.sizes",
+        "accelreg.entrypoints",
+        "accelreg.deferred",
+    ),
     ("accelreg.config", "accelreg.hookspecs"),
     ("accelreg.registry", "accelreg.builtin", "accelreg.plugin"),
     ("accelreg.resolution",),
@@ -39,9 +48,13 @@ LAZY_ALLOWED = {
     ("accelreg.launch.job", "accelreg.launch.masks"): (
         "`accelreg run -- CMD` without --devices starts CMD without the registry (paid once per job)"
     ),
-    ("accelreg.integrations", "accelreg.integrations._seams"): (
+    ("accelreg.integrations", "accelreg.integrations.seams"): (
         "every Python process under `accelreg run` imports accelreg.integrations at start-up; "
         "the registry (pluggy, the plugins) waits until install() runs"
+    ),
+    ("accelreg.integrations.table", "accelreg.integrations.seams"): (
+        "the start-up hook reads the table's triggers; the integration modules (and the registry "
+        "under them) load when the table's rows are first asked for"
     ),
 }
 

@@ -48,8 +48,11 @@ def test_a_job_process_waits_cheaply_then_installs_on_the_first_host_import(env:
     assert set(at_start) <= {
         "accelreg",
         "accelreg.errors",
+        "accelreg.deferred",
+        "accelreg.entrypoints",
         "accelreg.integrations",
         "accelreg.integrations._postimport",
+        "accelreg.integrations.table",
         "accelreg.launch",
         "accelreg.launch.startup",
     }
@@ -77,10 +80,10 @@ def test_auto_install_off_values_arm_nothing(value: str) -> None:
 
 
 def test_the_watch_list_covers_every_host_library() -> None:
-    from accelreg.integrations import HOSTS
+    from accelreg.integrations import table
 
     names = startup.watched()
-    for trigger in HOSTS.values():
+    for trigger in table.BUILTIN.values():
         assert trigger in names and trigger.split(".")[0] in names
 
 

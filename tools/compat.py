@@ -8,9 +8,11 @@
         # statically from the wheel's sources; written to docs/compat/survey.json (--merge keeps
         # the recorded releases of libraries whose wheels DIR does not hold)
     python tools/compat.py table
-        # docs/compatibility.md from docs/compat/*.json
+        # docs/compatibility.md from the integrations table and docs/compat/*.json
 
-Nothing in the table is written by hand: it is regenerated from the records.
+Nothing in docs/compatibility.md is written by hand: it is regenerated from what the integrations
+declare (``accelreg.integrations.table``) and the records; ``tests/test_compat_docs.py`` fails
+when the committed page differs from what :func:`render` makes.
 """
 
 from __future__ import annotations
@@ -27,21 +29,28 @@ import tempfile
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "compat"
-LIBRARIES = {  # integration -> the distribution whose wheels the survey reads
-    "transformers": "transformers",
-    "accelerate": "accelerate",
-    "peft": "peft",
-    "deepspeed": "deepspeed",
-    "ray": "ray",
-    "ray_train": "ray",  # Ray Train's seams: the same wheel
-    "lightning": "lightning",
-    "pytorch_lightning": "pytorch-lightning",
-    "lightning_fabric": "pytorch-lightning",  # bundled there (alone: the lightning-fabric distribution)
-}
 OTHERS = ("bitsandbytes", "kernels", "torch", "huggingface_hub", "tokenizers", "lightning-fabric")
+
+
+def builtins() -> list[Any]:
+    """The built-in rows of the integrations table, in order (a third party's integration
+    installed here does not change the page)."""
+    from accelreg.integrations import table as integrations_table
+
+    return [
+        importlib.import_module(f"accelreg.integrations.{name}").INTEGRATION
+        for name in integrations_table.BUILTIN
+    ]
+
+
+def libraries() -> dict[str, str]:
+    """Integration -> the distribution whose wheels the survey reads (Ray Train's seams are in
+    Ray's wheel; Lightning Fabric's in pytorch-lightning's where that is installed)."""
+    return {integ.name: integ.distribution for integ in builtins()}
 
 
 def _version(dist: str) -> str | None:
@@ -88,22 +97,19 @@ def _not_runnable(junit: str | None) -> dict[str, str]:
 
 
 def record(args: argparse.Namespace) -> None:
-    import accelreg.integrations as integrations
-
     seams = {}
     releases = {}
-    for name, (module, trigger) in integrations.INTEGRATIONS.items():
-        integ = importlib.import_module(module).INTEGRATION
+    for integ in builtins():
         if integ.version() is None:
             continue
-        importlib.import_module(trigger)
-        seams[name] = [m.as_dict() | {"reason": m.reason} for m in integ.match()]
-        releases[name] = integ.version()
+        importlib.import_module(integ.trigger)
+        seams[integ.name] = [m.as_dict() | {"reason": m.reason} for m in integ.match()]
+        releases[integ.name] = integ.version()
     out = {
         "set": args.set,
         "date": datetime.date.today().isoformat(),
         "python": sys.version.split()[0],
-        "versions": {d: _version(d) for d in (*LIBRARIES.values(), *OTHERS)},
+        "versions": {d: _version(d) for d in (*libraries().values(), *OTHERS)},
         "seams": seams,
         "releases": releases,
         "tests": _junit(args.junit),
@@ -119,30 +125,27 @@ def record(args: argparse.Namespace) -> None:
 def survey(args: argparse.Namespace) -> None:
     from packaging.version import Version
 
-    import accelreg.integrations as integrations
-
     rows = []
-    for wheel in sorted(glob.glob(os.path.join(args.wheels, "*.whl"))):
-        m = re.match(r"([A-Za-z_]+)-(\d[^-]*)-", os.path.basename(wheel))
+    table_rows = builtins()
+    archives = sorted(
+        glob.glob(os.path.join(args.wheels, "*.whl")) + glob.glob(os.path.join(args.wheels, "*.tar.gz"))
+    )
+    for archive in archives:
+        m = re.match(r"([A-Za-z_]+)-(\d[^-]*?)(?:-|\.tar\.gz$)", os.path.basename(archive))
         if m is None:
             continue
         dist, version = m.group(1).lower().replace("_", "-"), m.group(2)
-        names = [n for n, d in LIBRARIES.items() if d == dist]  # a wheel may ship several packages
-        if not names:
+        chosen = [integ for integ in table_rows if integ.distribution == dist]  # a wheel may ship several
+        if not chosen:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            with zipfile.ZipFile(wheel) as zf:  # the survey reads sources only (Ray's wheel is 70 MB)
-                zf.extractall(tmp, members=[n for n in zf.namelist() if n.endswith(".py")])
-            from accelreg.integrations import _seams
-
-            for name in names:
-                integ = importlib.import_module(integrations.INTEGRATIONS[name][0]).INTEGRATION
-                _seams._PARSED.clear()
+            _unpack_sources(archive, tmp)
+            for integ in chosen:
                 matches = integ.survey(root=tmp)
                 rows.append(
                     {
                         "library": dist,
-                        "integration": name,
+                        "integration": integ.name,
                         "version": version,
                         "adapters": {m.seam.name: (m.adapter.name if m.adapter else None) for m in matches},
                     }
@@ -159,29 +162,104 @@ def survey(args: argparse.Namespace) -> None:
     print(f"wrote {RECORDS / 'survey.json'} ({len(rows)} releases)")
 
 
+def _unpack_sources(archive: str, into: str) -> None:
+    """The ``.py`` files of a wheel (Ray's is 70 MB: sources only), or of an sdist (DeepSpeed
+    publishes no wheel) with its top folder stripped, so both read as an installed tree."""
+    if archive.endswith(".whl"):
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(into, members=[n for n in zf.namelist() if n.endswith(".py")])
+        return
+    import tarfile
+
+    with tarfile.open(archive) as tf:
+        for member in tf.getmembers():
+            _, _, rest = member.name.partition("/")
+            if member.isfile() and rest.endswith(".py"):
+                member.name = rest
+                tf.extract(member, into, filter="data")
+
+
 def _cell(seam: dict[str, object]) -> str:
     adapter = seam.get("adapter")
     if adapter is None:
         return "**skipped** (no adapter)"
-    return f"{adapter}" + ("" if seam.get("patched") else " (nothing to patch)")
+    return str(adapter).replace("|", "\\|") + ("" if seam.get("patched") else " (nothing to patch)")
+
+
+def _declared() -> list[str]:
+    """The integrations table as accelreg's code declares it: what each integration serves."""
+    rows = builtins()
+    set_names = sorted({s for integ in rows for s in integ.tested}, key=lambda s: _ORDER.get(s, 9))
+    lines = [
+        "## The integrations table (declared in `accelreg.integrations`)",
+        "",
+        "What each integration serves, as its code declares it: the releases of its library, the",
+        "exact release each release set of the matrix runs, and every seam's adapters with the",
+        "releases each one serves. An installed release outside these ranges is a *conflict*:",
+        "`install()` names it in one warning before anything is patched (`ACCELREG_STRICT=1`: an",
+        "error), `accelreg env` lists it, and the seams are then matched by shape as always.",
+        "",
+        "| integration | library | enabled when importing | serves | " + " | ".join(set_names) + " |",
+        "| --- | --- | --- | --- |" + " --- |" * len(set_names),
+    ]
+    for integ in rows:
+        pins = " | ".join(integ.tested.get(s, "—") for s in set_names)
+        lines.append(
+            f"| {integ.name} | {integ.distribution} | `{integ.trigger}` | {_code(integ.releases)} | {pins} |"
+        )
+    lines.append("")
+    for integ in rows:
+        lines += [
+            f"### {integ.name}",
+            "",
+            "| seam | adapter serves | replaces the function |",
+            "| --- | --- | --- |",
+        ]
+        for seam in integ.seams:
+            short = f"{seam.module}.{seam.name}".split(".", 1)[1]
+            for adapter in seam.candidates(integ.window):
+                what = "yes" if adapter.make else "no: " + (adapter.note or "nothing to patch")
+                if adapter.make and adapter.note:
+                    what += f" ({adapter.note})"
+                if adapter.absent:
+                    what = "no: the seam does not exist there"
+                lines.append(f"| `{short}` | {_code(adapter.releases)} | {what} |")
+        lines.append("")
+    return lines
+
+
+_ORDER = {"oldest": 0, "middle": 1, "dev": 2, "newest": 3}
+
+
+def _code(value: object) -> str:
+    """``value`` as inline code in a Markdown table cell (a ``|`` would end the cell)."""
+    return "`" + str(value).replace("|", "\\|") + "`"
 
 
 def table(_: argparse.Namespace) -> None:
+    path = ROOT / "docs" / "compatibility.md"
+    path.write_text(render())
+    print(f"wrote {path}")
+
+
+def render() -> str:
+    """docs/compatibility.md as the table and the records make it."""
     sets = []
     for path in sorted(RECORDS.glob("*.json")):
         if path.name not in ("survey.json", "upstream.json"):
             sets.append(json.loads(path.read_text()))
-    order = {"oldest": 0, "middle": 1, "dev": 2, "newest": 3}
-    sets.sort(key=lambda r: order.get(r["set"], 9))
+    sets.sort(key=lambda r: _ORDER.get(r["set"], 9))
     lines = [
         "# Compatibility",
         "",
-        "<!-- Generated by `python tools/compat.py table` from docs/compat/*.json; do not edit by hand. -->",
+        "<!-- Generated by `python tools/compat.py table` from the integrations table and docs/compat/*.json; "
+        "do not edit by hand. -->",
         "",
         "Which release of each library accelreg's integrations were run against, which adapter each",
         "seam got (chosen by the seam's shape, never by the version number), and what the tests said.",
         "A seam with no adapter is skipped alone with a warning; the library's other seams stay on.",
         "",
+        *_declared(),
         "## Release sets run by `nox -s matrix` (integration, import-safety, placement and seed tests)",
         "",
         "The default `python -m pytest` runs on the **dev** set: what the README's set-up command",
@@ -212,7 +290,7 @@ def table(_: argparse.Namespace) -> None:
             "| --- | --- | --- | --- |",
         ]
         for name, seams in rec["seams"].items():
-            release = (rec.get("releases") or {}).get(name) or v.get(LIBRARIES[name])
+            release = (rec.get("releases") or {}).get(name) or v.get(libraries().get(name, name))
             for seam in seams:
                 short = str(seam["seam"]).split(".", 1)[1] if "." in str(seam["seam"]) else seam["seam"]
                 lines.append(f"| {name} | {release} | `{short}` | {_cell(seam)} |")
@@ -298,10 +376,11 @@ def table(_: argparse.Namespace) -> None:
             lines.append("| --- |" + " --- |" * len(seams))
             for row in rows:
                 cells = [row["adapters"].get(s) or "—" for s in seams]  # type: ignore[union-attr]
-                lines.append(f"| {row['version']} | " + " | ".join(str(c) for c in cells) + " |")
+                lines.append(
+                    f"| {row['version']} | " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+                )
             lines.append("")
-    (ROOT / "docs" / "compatibility.md").write_text("\n".join(lines).rstrip() + "\n")
-    print(f"wrote {ROOT / 'docs' / 'compatibility.md'}")
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def main() -> None:

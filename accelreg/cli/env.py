@@ -23,6 +23,7 @@ from typing import Any
 from .. import registry
 from ..errors import AccelregError
 from ..integrations import status as integration_status
+from ..integrations import table as integration_table
 from ..resolution import resolve_in
 from ..sizes import format_size
 from ._codes import EXIT_OK
@@ -130,6 +131,7 @@ def env_report() -> dict[str, Any]:
         "warnings": list(snap.warnings),
         "integrations": (integrations := _integrations()),
         "integrations_scope": _integrations_scope(integrations),
+        "integration_failures": [f.as_dict() for f in integration_table.failures()],
     }
 
 
@@ -262,7 +264,7 @@ def _integration_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
         out.append(
             (0, f"{item['name']}: {state} ({item['library']} {item.get('version') or 'not installed'})")
         )
-        for line in (item.get("note"), item.get("install")):
+        for line in (item.get("note"), item.get("install"), *(item.get("conflicts") or ())):
             if line and line != "not installed":
                 out.append((1, line))
         for seam in item.get("seams") or ():
@@ -270,6 +272,8 @@ def _integration_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
                 out.append((1, f"skipped {seam['seam']}: {seam['reason']}"))
         if item.get("accelerator"):  # DeepSpeed: whose accelerator it runs on
             out.append((1, item["accelerator"]["summary"]))
+    for failure in report.get("integration_failures") or ():
+        out.append((0, f"FAILED {failure['entry_point']} ({failure['distribution']}): {failure['reason']}"))
     return out
 
 

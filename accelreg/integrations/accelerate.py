@@ -34,7 +34,7 @@ from typing import Any
 from .. import placement, registry
 from ..errors import DeviceError, PlacementError
 from ..resolution import current_in_use, qualify
-from ._seams import LIBRARIES, Integration, Seam
+from .seams import LIBRARIES, Integration, Seam
 
 __all__ = ["INTEGRATION", "disable", "enable", "enabled"]
 
@@ -162,7 +162,7 @@ def _quantize_on_move(module: Any, param: Any, device: Any) -> bool:
     target = torch.device(device)
     if param.device.type == target.type:
         return False
-    backend = placement._backend_of(target)
+    backend = placement.backend_of(target)
     rule = placement.rule_for_module(module, backend)
     return rule is not None and rule.may_live_on(device)
 
@@ -207,7 +207,9 @@ def _default_device(original: Any) -> Any:
 INTEGRATION = Integration(
     name="accelerate",
     distribution="accelerate",
-    supported=">=1.10,<1.17",
+    trigger="accelerate",
+    releases=">=1.10,<1.17",
+    tested={"oldest": "1.10.1", "middle": "1.13.0", "newest": "1.16.0"},
     seams=[
         Seam(
             _MODELING,

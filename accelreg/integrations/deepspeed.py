@@ -47,7 +47,6 @@ from ..errors import DeviceError
 from ..registry import Backend, Snapshot
 from ..resolution import current_in_use
 from . import _postimport
-from ._seams import LIBRARIES, Integration, Seam
 from .ds_accelerator import (
     EXPORTED,
     accelerator_for,
@@ -55,6 +54,7 @@ from .ds_accelerator import (
     keep_inherited_masks,
     registry_accelerator,
 )
+from .seams import LIBRARIES, Integration, Seam
 
 __all__ = [
     "INTEGRATION",
@@ -340,7 +340,9 @@ def _status(integ: Integration, out: dict[str, Any]) -> None:
 INTEGRATION = Integration(
     name="deepspeed",
     distribution="deepspeed",
-    supported=">=0.17,<0.20",
+    trigger="deepspeed",
+    releases=">=0.17,<0.20",
+    tested={"oldest": "0.17.6", "middle": "0.18.9", "newest": "0.19.8"},
     seams=[
         Seam(
             "deepspeed",

@@ -7,7 +7,8 @@ wrapped, e.g. a cluster's own launch scripts) is set — the way coverage.py mea
 subprocesses. Any other Python process pays one environment lookup.
 
 Here nothing is installed yet: a watcher waits for the first import of a host library (a
-module named in :data:`accelreg.integrations.HOSTS`, or its top-level package) and runs
+module named in the integrations table, :func:`accelreg.integrations.table.triggers`, or its
+top-level package) and runs
 :func:`accelreg.install` the moment that import starts, before the library's code runs — so a
 launcher's own processes (DeepSpeed's runner, torchrun's agent), its ranks, and a scheduler's
 workers (Ray's raylet and workers) are registry-aware, while a process that imports none of
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from ..integrations import HOSTS, _postimport, install
+from ..integrations import _postimport, install, table
 
 TYPE_CHECKING = False  # nothing Python has not loaded at start-up (see docs/benchmarks.md)
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def watched() -> tuple[str, ...]:
     """The module names whose first import runs ``install()``: every host library's trigger and
     its top-level package."""
     names: list[str] = []
-    for trigger in HOSTS.values():
+    for trigger in table.triggers():
         for name in (trigger.split(".")[0], trigger):
             if name not in names:
                 names.append(name)

@@ -201,10 +201,6 @@ def tasks_for(config: Any) -> list[str]:
     return [task for task in TASKS if _class_names(task, model_type)]
 
 
-def _task_of(model_type: str, class_name: str) -> str | None:
-    return next((t for t in TASKS if class_name in _class_names(t, model_type)), None)
-
-
 def _model_class(given: Any, config: Any) -> Any:
     """The transformers model class ``given`` (a class or its name), checked against ``config``."""
     import transformers

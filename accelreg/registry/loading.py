@@ -27,12 +27,11 @@ from typing import Any, NamedTuple
 
 import pluggy
 
-from .. import hookspecs
+from .. import entrypoints, hookspecs
 from ..builtin import BUILTIN_MODULES
 from ..config import Settings
-from . import entrypoints
+from ..entrypoints import norm
 from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout
-from .entrypoints import norm
 
 __all__ = ["ENTRY_POINT_GROUP", "SELF", "Loaded", "Plugin", "call_hook", "load"]
 

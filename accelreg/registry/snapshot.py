@@ -18,10 +18,10 @@ from typing import Any
 
 from .. import _warn
 from ..config import Settings, load_settings
+from ..entrypoints import norm
 from ..errors import ConfigError, DeviceError, PluginConflictError, PluginError
 from ..types import BackendSpec, PlacementRule, PluginFailure
 from .containment import CONTAINED, Nonsense, describe, safe_str
-from .entrypoints import norm
 from .loading import Plugin, call_hook, load
 from .probing import Backend
 from .records import own_rule, own_spec

@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 
 import accelreg.integrations as integrations
-from accelreg.integrations import _seams
+from accelreg.integrations import seams as _seams
 
 LIBRARIES = ("torch", "transformers", "accelerate", "peft", "deepspeed", "bitsandbytes")
 _missing = [name for name in LIBRARIES if importlib.util.find_spec(name) is None]
 if _missing:
     pytest.skip(f"the integration tests need {', '.join(_missing)} (not installed)", allow_module_level=True)
 
-NAMES = tuple(integrations.INTEGRATIONS)  # every host library in HOSTS
+NAMES = tuple(integrations.table.BUILTIN)  # every built-in row of the integrations table
 
 
 def _defines(module: str, name: str) -> bool:
@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 def _module(name):
-    return importlib.import_module(integrations.INTEGRATIONS[name][0])
+    return importlib.import_module(f"accelreg.integrations.{name}")
 
 
 def _integration(name):

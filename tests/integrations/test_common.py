@@ -32,7 +32,8 @@ import pytest
 
 import accelreg
 import accelreg.integrations as integrations
-from accelreg.integrations import _seams
+from accelreg.errors import IntegrationError
+from accelreg.integrations import seams as _seams
 
 from ._support import NAMES, ROOT, Snapshot, _fake_version, _integration, _module, _owners
 
@@ -174,25 +175,53 @@ UNTESTED = {
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_an_untested_release_whose_seams_all_match_is_enabled_with_a_note(monkeypatch, recwarn, name):
+def test_a_release_outside_the_table_is_named_before_patching_then_matched_by_shape(monkeypatch, name):
+    """The conflict report: one warning naming the release and the range, raised before the
+    first seam is patched; then the seams are matched by shape, and all of them match."""
     integ = _integration(name)
     _fake_version(monkeypatch, integ.distribution, UNTESTED[name])
+    monkeypatch.setattr(_seams, "_reported", set())
     snap = Snapshot()
+    patched_when_warned = []
+
+    def seen(message, category=None, *args, **kwargs):
+        patched_when_warned.append((str(message), integ.enabled or snap.state(name) != "restored"))
+
+    monkeypatch.setattr(_seams.warnings, "warn", seen)
     _module(name).enable()
     assert integ.enabled and snap.state(name) == "patched"
+    [(message, patched)] = patched_when_warned
+    assert (
+        f"{integ.distribution} {UNTESTED[name]} is outside the releases the {name} integration serves"
+        in message
+    )
+    assert str(integ.releases) in message and patched is False
     status = integ.status()
     assert status["version"] == UNTESTED[name] and status["in_range"] is False
+    assert status["conflicts"] and UNTESTED[name] in status["conflicts"][0]
     assert status["all_match"] is True and status["skipped"] == []
-    assert f"{integ.distribution} {UNTESTED[name]}: not in the tested list; all seams match" in status["note"]
-    assert not [w for w in recwarn if issubclass(w.category, integrations.IntegrationWarning)]
+    assert f"{integ.distribution} {UNTESTED[name]}: outside the releases it serves" in status["note"]
     _module(name).disable()
     assert snap.diff() == []
 
 
+def test_strict_mode_refuses_a_release_outside_the_table_and_patches_nothing(monkeypatch, strict):
+    integ = _integration("accelerate")
+    _fake_version(monkeypatch, integ.distribution, UNTESTED["accelerate"])
+    snap = Snapshot()
+    with pytest.raises(IntegrationError, match=r"accelerate 1\.17\.0 is outside .* nothing was patched"):
+        accelreg.install()
+    assert not any(_integration(n).enabled for n in NAMES)
+    assert snap.diff() == []
+
+
 def test_install_on_untested_releases_enables_every_integration(monkeypatch):
+    monkeypatch.setattr(_seams, "_reported", set())
     for name in ("transformers", "accelerate"):
         _fake_version(monkeypatch, _integration(name).distribution, UNTESTED[name])
-    assert accelreg.install() == list(NAMES)
+    with pytest.warns(integrations.IntegrationWarning, match="outside the releases") as caught:
+        assert accelreg.install() == list(NAMES)
+    assert len(caught) == 2  # one per library, before anything was patched
     assert all(_integration(n).enabled for n in NAMES)
 
 
@@ -225,10 +254,11 @@ def test_an_absent_adapter_matches_only_where_the_seam_does_not_exist(tmp_path, 
     (package / "__init__.py").write_text("")
     (package / "mod.py").write_text("def present():\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    absent = (_seams.Adapter("older: none", None, absent=True),)
+    absent = (_seams.Adapter(">=0", None, absent=True, note="none"),)
     integ = _seams.Integration(
         "fake",
         "arfake-dist",
+        "arfake",
         ">=0",
         [
             _seams.Seam("arfake.mod", "missing", adapters=absent),
@@ -242,7 +272,7 @@ def test_an_absent_adapter_matches_only_where_the_seam_does_not_exist(tmp_path, 
         ("root", integ.survey(str(tmp_path))),
     ):
         missing, present, no_module = matches
-        assert missing.adapter is not None and missing.adapter.name == "older: none", how
+        assert missing.adapter is not None and missing.adapter.name == ">=0: none", how
         assert present.adapter is None and "exists" in present.reason, (how, present.reason)
         assert no_module.adapter is None, (how, no_module.reason)
 
@@ -388,14 +418,15 @@ def test_env_in_a_fresh_process_says_what_install_would_do(env_runs):
         integ = _integration(name)
         version = metadata.version(integ.distribution)
         assert item["library"] == integ.distribution and item["version"] == version
-        # a fresh install may bring a release newer than the tested list: env says which it is
-        tested = integ.tested(version)
-        assert item["supported"] == integ.supported and item["in_range"] is tested
+        # a fresh install may bring a release newer than the table: env says which it is
+        tested = integ.serves(version)
+        assert item["releases"] == str(integ.releases) and item["in_range"] is tested
+        assert item["tested"] == dict(integ.tested) and bool(item["conflicts"]) is not tested
         assert item["all_match"] is True and item["skipped"] == []
         assert item["enabled"] is False and item["pending"] is False
         assert item["install"].startswith("install() would enable it")
         assert f"{name}: not enabled ({integ.distribution} {version})" in section
-        listed = "in the tested list" if tested else "not in the tested list"
+        listed = ("in" if tested else "outside") + f" the releases it serves ({integ.releases})"
         assert f"{integ.distribution} {version}: {listed}; all seams match" in section
     assert "install() would enable it (when transformers.modeling_utils is imported)" in section
     assert "DeepSpeed accelerator cpu" in section and "agrees with accelreg's cpu" in section
@@ -433,7 +464,8 @@ def test_env_names_an_untested_release_whose_seams_all_match(monkeypatch, capsys
     assert item["version"] == "0.30.0" and item["in_range"] is False and item["all_match"] is True
     assert item["install"] == "install() would enable it (when peft is imported)"
     assert cli.main(["env"]) == 0
-    assert "peft 0.30.0: not in the tested list; all seams match" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "peft 0.30.0: outside the releases it serves (>=0.17,<0.22); all seams match" in out
 
 
 def test_status_tracks_this_process():

@@ -8,7 +8,7 @@ import pytest
 
 import accelreg
 import accelreg.integrations as integrations
-from accelreg.integrations import _seams
+from accelreg.integrations import seams as _seams
 
 from .._fakes import plugin, spec
 from ._support import _fake_version, _integration, _module
