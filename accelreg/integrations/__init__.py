@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 
-from . import _postimport
+from .. import importwatch
 
 # ``typing`` is not imported at run time: the start-up hook imports this in every job process.
 TYPE_CHECKING = False
@@ -120,10 +120,10 @@ def install() -> list[str]:
                 importlib.import_module(trigger)
                 integ.enable()  # reads the strict setting: raises on a seam it cannot match
             else:
-                _postimport.when_imported(trigger, lambda _module, i=integ: enable_in_hook(i))
+                importwatch.when_imported(trigger, lambda _module, i=integ: enable_in_hook(i))
     except BaseException:
         for integ in chosen:
-            _postimport.cancel(HOSTS[integ.name])
+            importwatch.cancel(HOSTS[integ.name])
             if integ.name not in before:
                 integ.disable()
         raise
@@ -133,7 +133,7 @@ def install() -> list[str]:
 def uninstall() -> None:
     """Disable every integration and forget pending ones."""
     for name, trigger in HOSTS.items():
-        _postimport.cancel(trigger)
+        importwatch.cancel(trigger)
         integ = integration(name)
         if integ.unprepare is not None:
             integ.unprepare()
@@ -150,7 +150,7 @@ def status() -> list[dict[str, Any]]:
     for name, trigger in HOSTS.items():
         item = integration(name).status()
         item["trigger"] = trigger
-        item["pending"] = _postimport.pending(trigger)
+        item["pending"] = importwatch.pending(trigger)
         item["install"] = _install_effect(item)
         out.append(item)
     return out
