@@ -21,7 +21,18 @@ import imports
 #: facade (``accelreg``) imports nothing but the errors at import time and serves the rest lazily,
 #: so it counts as the bottom.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("accelreg", "accelreg._text", "accelreg._warn", "accelreg.errors", "accelreg.types", "accelreg.sizes"),
+    (
+        "accelreg",
+        "accelreg._text",
+        "accelreg._warn",
+        "accelreg.errors",
+        "accelreg.types",
+        "accelreg.sizes",
+        # imported at interpreter start-up in every job process, by the start-up hook: nothing
+        # of accelreg below them, so the registry, the integrations and launch can all use them
+        "accelreg.flags",
+        "accelreg.importwatch",
+    ),
     ("accelreg.config", "accelreg.hookspecs"),
     ("accelreg.registry", "accelreg.builtin", "accelreg.plugin"),
     ("accelreg.resolution",),
