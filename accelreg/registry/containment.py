@@ -3,13 +3,13 @@ formatting whatever plugin code raised or returned without trusting it.
 
 Everything a plugin raises is caught here, ``SystemExit`` included (a plugin calling
 ``sys.exit()`` must not end the caller's process); ``KeyboardInterrupt`` still propagates.
+Messages are built from exact ``str`` copies, so an answer whose ``repr()`` raises or an
+exception whose ``str()`` raises is described, not re-raised.
 
 A thread inside an import (:func:`accelreg.importwatch.importing`) runs plugin code itself,
 without the probe thread and its timeout, and never waits for a lock that a thread running
 plugin code may hold (:func:`acquire`): it holds an import lock that the probe thread's own
 imports could be waiting for, so waiting in turn would last until the probe timed out.
-Messages are built from exact ``str`` copies, so an answer whose ``repr()`` raises or an
-exception whose ``str()`` raises is described, not re-raised.
 """
 
 from __future__ import annotations
