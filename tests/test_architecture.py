@@ -30,6 +30,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "accelreg.sizes",
         "accelreg.entrypoints",
         "accelreg.deferred",
+        # imported at interpreter start-up in every job process, by the start-up hook: nothing
+        # of accelreg below them, so the registry, the integrations and launch can all use them
+        "accelreg.flags",
+        "accelreg.importwatch",
     ),
     ("accelreg.config", "accelreg.hookspecs"),
     ("accelreg.registry", "accelreg.builtin", "accelreg.plugin"),
@@ -158,3 +162,28 @@ def test_public_module_names_keep_working(name: str) -> None:
     """Modules that moved into packages keep their public import names."""
     module = importlib.import_module(f"accelreg.{name}")
     assert module.__all__
+
+
+def test_no_module_reaches_into_another_packages_private_names() -> None:
+    """A private (``_name``) module or name belongs to the package of the module that defines it:
+    only modules inside that package use it (``python tools/imports.py`` lists any other use)."""
+    assert GRAPH.private == []
+
+
+def test_the_private_reach_check_can_fail(tmp_path: Path) -> None:
+    package = tmp_path / "accelreg"
+    for folder, files in {
+        "a": {"_inner.py": "def _f():\n    pass\n", "mod.py": "def _g():\n    pass\n"},
+        "b": {},
+    }.items():
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+        for name, text in files.items():
+            (package / folder / name).write_text(text)
+    (package / "__init__.py").write_text("")
+    (package / "b" / "user.py").write_text(
+        "from ..a import _inner\nfrom ..a.mod import _g\nfrom ..a import mod\nmod._g()\n"
+    )
+    (package / "a" / "friend.py").write_text("from . import _inner\nfrom .mod import _g\n")
+    reaches = sorted(target for _, _, target in imports.build(package).private)
+    assert reaches == ["accelreg.a._inner", "accelreg.a.mod._g", "accelreg.a.mod._g"]

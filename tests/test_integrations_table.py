@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 
 import accelreg
+from accelreg import importwatch
 from accelreg.builtin import BUILTIN_MODULES
 from accelreg.errors import IntegrationError
-from accelreg.integrations import _postimport, table
+from accelreg.integrations import table
 from accelreg.integrations.releases import Releases
 
 try:
@@ -201,7 +202,7 @@ def test_a_third_party_integration_is_found_listed_and_enabled_when_its_library_
     assert item["version"] == "1.4.0" and item["in_range"] is True and item["all_match"] is True
     assert item["install"] == "install() would enable it (when fooml is imported)"
     assert "fooml" in accelreg.install()
-    assert _postimport.pending("fooml")
+    assert importwatch.pending("fooml")
     import fooml
 
     assert fooml.pick() == "registry:cpu" and fooml.pick("npu:0") == "npu:0"

@@ -50,8 +50,9 @@ def test_a_job_process_waits_cheaply_then_installs_on_the_first_host_import(env:
         "accelreg.errors",
         "accelreg.deferred",
         "accelreg.entrypoints",
+        "accelreg.flags",
+        "accelreg.importwatch",
         "accelreg.integrations",
-        "accelreg.integrations._postimport",
         "accelreg.integrations.table",
         "accelreg.launch",
         "accelreg.launch.startup",
@@ -75,8 +76,13 @@ def test_the_armed_hook_imports_nothing_python_had_not_loaded_but_its_own_module
 
 @pytest.mark.parametrize("value", ["0", "no", "", "off"])
 def test_auto_install_off_values_arm_nothing(value: str) -> None:
+    """An off word is read by the one parser (:mod:`accelreg.flags`), so the hook's module is
+    imported to read it (an empty value is not even that): nothing is armed, and no registry."""
     assert not startup.armed({"ACCELREG_AUTO_INSTALL": value})
-    assert run_python(_MODULES, name=None, env={"ACCELREG_AUTO_INSTALL": value}).value == []
+    code = _MODULES + "\nprint(sum(type(f).__module__ == 'accelreg.importwatch' for f in sys.meta_path))"
+    out = run_python(code, name=None, env={"ACCELREG_AUTO_INSTALL": value}).stdout.splitlines()
+    assert out[1] == "0" and "accelreg.registry" not in json.loads(out[0])
+    assert json.loads(out[0]) == [] if value == "" else "accelreg.launch.startup" in json.loads(out[0])
 
 
 def test_the_watch_list_covers_every_host_library() -> None:
@@ -118,15 +124,15 @@ def test_the_start_hook_runs_before_the_module_and_outside_the_import_lock() -> 
     watched module's own code; callbacks it queues for that module fire once it is imported."""
     code = (
         "import json, sys, threading\n"
-        "from accelreg.integrations import _postimport\n"
+        "from accelreg import importwatch\n"
         "seen = {}\n"
         "def start():\n"
         "    t = threading.Thread(target=__import__, args=('decimal',))\n"
         "    t.start(); t.join(20)\n"
         "    seen['other_thread_imported'] = not t.is_alive()\n"
         "    seen['before_its_code'] = not hasattr(sys.modules.get('tomllib'), 'loads')\n"
-        "    _postimport.when_imported('tomllib', lambda m: seen.setdefault('after', hasattr(m, 'loads')))\n"
-        "_postimport.before_first_import(['tomllib'], start)\n"
+        "    importwatch.when_imported('tomllib', lambda m: seen.setdefault('after', hasattr(m, 'loads')))\n"
+        "importwatch.before_first_import(['tomllib'], start)\n"
         "import tomllib\n"
         "print(json.dumps(seen))\n"
     )

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import importlib
 
+from .. import importwatch
 from ..deferred import raise_recorded
 from ..errors import IntegrationError
-from . import _postimport, table
+from . import table
 
 # ``typing`` is not imported at run time: the start-up hook imports this in every job process.
 TYPE_CHECKING = False
@@ -108,10 +109,10 @@ def install() -> list[str]:
                 importlib.import_module(trigger)
                 integ.enable()  # reads the strict setting: raises on a seam it cannot match
             else:
-                _postimport.when_imported(trigger, lambda _module, i=integ: enable_in_hook(i))
+                importwatch.when_imported(trigger, lambda _module, i=integ: enable_in_hook(i))
     except BaseException:
         for integ in chosen:
-            _postimport.cancel(integ.trigger)
+            importwatch.cancel(integ.trigger)
             if integ.name not in before:
                 integ.disable()
         raise
@@ -121,7 +122,7 @@ def install() -> list[str]:
 def uninstall() -> None:
     """Disable every integration and forget pending ones."""
     for integ in table.integrations():
-        _postimport.cancel(integ.trigger)
+        importwatch.cancel(integ.trigger)
         if integ.unprepare is not None:
             integ.unprepare()
         integ.disable()
@@ -138,7 +139,7 @@ def status() -> list[dict[str, Any]]:
     for integ in table.integrations():
         item = integ.status()
         item["trigger"] = integ.trigger
-        item["pending"] = _postimport.pending(integ.trigger)
+        item["pending"] = importwatch.pending(integ.trigger)
         item["install"] = _install_effect(item)
         out.append(item)
     return out

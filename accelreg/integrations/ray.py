@@ -45,7 +45,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .. import registry
+from .. import flags, registry
 from ..registry import DEVICE_ID_VAR
 from ..registry.probing import package_installed
 from ..types import BackendSpec
@@ -65,7 +65,6 @@ log = logging.getLogger("accelreg.integrations.ray")
 #: The opt-in variable of :mod:`accelreg.launch.startup` (a layer above this one): set in the
 #: environment of the raylets this process starts, so their workers install accelreg too.
 AUTO_INSTALL_VAR = "ACCELREG_AUTO_INSTALL"
-_YES = ("1", "true", "yes", "on")
 
 _ACCELERATORS = "ray._private.accelerators"
 _UTILS = "ray._private.utils"
@@ -197,7 +196,7 @@ def _visible_ids(resource: str) -> list[str] | None:
 def _set_visible(resource: str, ids: list[Any]) -> None:
     var = _spec(resource).visible_devices_var
     assert var is not None
-    if os.environ.get(f"RAY_EXPERIMENTAL_NOSET_{var}", "").strip().lower() in _YES:
+    if flags.env_switch(f"RAY_EXPERIMENTAL_NOSET_{var}"):
         return  # Ray's own opt-out, spelled for this variable
     os.environ[var] = ",".join(str(i) for i in ids)
 

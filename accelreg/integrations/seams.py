@@ -681,8 +681,11 @@ def _owner(module: Any, dotted: str) -> tuple[Any, str]:
 
 
 def strict_mode() -> bool:
-    """Whether the registry's settings are strict (``ACCELREG_STRICT`` / ``configure(strict=True)``)."""
-    return bool(registry.get().settings.strict)
+    """Whether the registry's settings are strict (``ACCELREG_STRICT`` / ``configure(strict=True)``).
+
+    Read without loading a plugin (:func:`accelreg.registry.settings`): ``install()`` asks from
+    inside the import that triggered it, where building the registry has no business."""
+    return bool(registry.settings().strict)
 
 
 # -- failures inside import hooks ---------------------------------------------------------

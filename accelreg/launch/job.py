@@ -16,7 +16,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["run"]
+__all__ = ["devices_problem", "run"]
+
+
+def devices_problem(backend: str | None, ids: Sequence[int | str]) -> str | None:
+    """What is wrong with ``ids`` as ``backend``'s devices (its own parser judges), or ``None``:
+    :func:`accelreg.launch.masks.ids_problem`, loaded only when a job names devices."""
+    from .masks import ids_problem
+
+    return ids_problem(backend, ids)
 
 
 def run(backend: str | None, ids: Sequence[int | str] | None, command: Sequence[str]) -> None:

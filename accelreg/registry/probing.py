@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import DeviceError
 from ..types import Availability, BackendInfo, BackendSpec, MemoryInfo, PluginFailure
-from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout, describe, safe_repr, safe_str
+from .containment import (
+    CONTAINED,
+    Nonsense,
+    acquire,
+    call_inline,
+    call_with_timeout,
+    describe,
+    safe_repr,
+    safe_str,
+)
 from .visible import parse_visible_devices
 
 if TYPE_CHECKING:
@@ -214,10 +223,14 @@ class Backend:
         """Availability, device count and visible devices, probed once."""
         probed = self._probed
         if probed is None:
-            with self._lock:
+            if not acquire(self._lock):  # inside an import, another thread probing: never wait
+                return self._probe()
+            try:
                 probed = self._probed
                 if probed is None:
                     probed = self._probed = self._probe()
+            finally:
+                self._lock.release()
         return probed
 
     def _probe(self) -> Probed:
@@ -357,10 +370,14 @@ class Backend:
         """
         presence = self._presence
         if presence is _UNSET:
-            with self._presence_lock:
+            if not acquire(self._presence_lock):  # as in probe(): an importing thread never waits
+                return self._find_presence()
+            try:
                 presence = self._presence
                 if presence is _UNSET:
                     presence = self._presence = self._find_presence()
+            finally:
+                self._presence_lock.release()
         return presence
 
     def _find_presence(self) -> str | None:

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from .. import _warn
+from .. import _warn, flags
 from ..config import Settings, load_settings
 from ..entrypoints import norm
 from ..errors import ConfigError, DeviceError, PluginConflictError, PluginError
 from ..types import BackendSpec, PlacementRule, PluginFailure
-from .containment import CONTAINED, Nonsense, describe, safe_str
+from .containment import CONTAINED, Nonsense, acquire, describe, safe_str
 from .loading import Plugin, call_hook, load
 from .probing import Backend
 from .records import own_rule, own_spec
@@ -49,15 +49,16 @@ LOCAL_SIZE_VARS = (
 #: It takes precedence over a local rank (a Ray Train worker's ``LOCAL_RANK`` counts workers on
 #: the node, not the devices its own mask shows).
 DEVICE_ID_VAR = "ACCELREG_DEVICE_ID"
+_RUN_VAR = "ACCELREG_RUN"
 #: Any of these set means a launcher started this process as part of a job (``ACCELREG_RUN``:
-#: ``accelreg run``, for every process of its command; ``ACCELREG_DEVICE_ID``: a scheduler gave
-#: it devices).
+#: ``accelreg run``, for every process of its command, when it holds an on word;
+#: ``ACCELREG_DEVICE_ID``: a scheduler gave it devices).
 LAUNCHER_VARS = (
     *LOCAL_RANK_VARS,
     "RANK",
     "WORLD_SIZE",
     *LOCAL_SIZE_VARS,
-    "ACCELREG_RUN",
+    _RUN_VAR,
     DEVICE_ID_VAR,
 )
 #: Failure stages after which an external plugin's backend is missing although it is installed.
@@ -69,6 +70,16 @@ def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str,
         value = environ.get(var)
         if value is not None and value.strip() != "":
             return var, value
+    return None
+
+
+def _launcher(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The first launcher variable that is set; ``ACCELREG_RUN`` only with an on word
+    (:mod:`accelreg.flags`): ``ACCELREG_RUN=0`` says this process is not part of a job."""
+    for var in LAUNCHER_VARS:
+        found = _first_set(environ, (var,))
+        if found is not None and (var != _RUN_VAR or flags.parse(found[1])):
+            return found
     return None
 
 
@@ -115,7 +126,7 @@ class Snapshot:
         #: ``(variable, value)`` of ``ACCELREG_DEVICE_ID`` when it is set, or ``None``.
         self.device_id = _first_set(self.environ, (DEVICE_ID_VAR,))
         #: ``(variable, value)`` of the launcher variable that is set, or ``None``.
-        self.launcher = _first_set(self.environ, LAUNCHER_VARS)
+        self.launcher = _launcher(self.environ)
         for problem in self.settings.errors:
             self.warn(f"configuration file skipped: {problem}", record=problem)
         for problem in self.settings.warnings:
@@ -125,6 +136,9 @@ class Snapshot:
         #: ``(plugin, distribution, why)`` of plugins the settings kept out.
         self.skipped: list[tuple[str, str, str]] = loaded.skipped
         self._loaded = loaded
+        #: Built while a plugin's module was still being imported: answers this query only
+        #: (the registry does not keep it; the next query builds again).
+        self.provisional = loaded.provisional
         for plugin, stage, exc in loaded.failures:
             self.fail(plugin, stage, exc)
         self.order: tuple[Backend, ...] = self._select()
@@ -324,24 +338,31 @@ class Snapshot:
         cached = self._rules.get(backend)
         if cached is not None:
             return cached
-        with self._rules_lock:
+        if not acquire(self._rules_lock):  # inside an import, another thread asking: never wait
+            return self._find_rules(backend)
+        try:
             cached = self._rules.get(backend)
             if cached is None:
-                found: list[tuple[Plugin, PlacementRule]] = []
-                for plugin, fn in self._loaded.implementations("accelreg_placement_rules"):
-                    try:
-                        rules = call_hook(plugin, fn, self.settings.probe_timeout, backend=backend)
-                    except CONTAINED as exc:
-                        self.fail(plugin, "accelreg_placement_rules", exc)
-                        continue
-                    for rule in rules:
-                        try:
-                            found.append((plugin, own_rule(rule)))
-                        except ValueError as exc:  # the rule's own problem, in words
-                            problem = f"yielded an invalid placement rule: {safe_str(exc)}"
-                            self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
-                        except CONTAINED as exc:
-                            problem = f"yielded a placement rule that cannot be read: {describe(exc)}"
-                            self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
-                cached = self._rules[backend] = tuple(found)
+                cached = self._rules[backend] = self._find_rules(backend)
+        finally:
+            self._rules_lock.release()
         return cached
+
+    def _find_rules(self, backend: str) -> tuple[tuple[Plugin, PlacementRule], ...]:
+        found: list[tuple[Plugin, PlacementRule]] = []
+        for plugin, fn in self._loaded.implementations("accelreg_placement_rules"):
+            try:
+                rules = call_hook(plugin, fn, self.settings.probe_timeout, backend=backend)
+            except CONTAINED as exc:
+                self.fail(plugin, "accelreg_placement_rules", exc)
+                continue
+            for rule in rules:
+                try:
+                    found.append((plugin, own_rule(rule)))
+                except ValueError as exc:  # the rule's own problem, in words
+                    problem = f"yielded an invalid placement rule: {safe_str(exc)}"
+                    self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
+                except CONTAINED as exc:
+                    problem = f"yielded a placement rule that cannot be read: {describe(exc)}"
+                    self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
+        return tuple(found)
