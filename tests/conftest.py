@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from accelreg.testing import CHILD_VAR
+
 pytest_plugins = ["pytester"]
 
 #: Test files whose tests share session-scoped helper processes, so that with pytest-xdist they
@@ -62,6 +64,28 @@ def _scope(nodeid: str) -> str:
 #: Variables pytest-xdist's workers get from their start-up rather than from the session (a
 #: worker finds COLUMNS=80 and LINES=24 set, and accelreg's CLI wraps its tables to COLUMNS).
 _SESSION_VARS = ("COLUMNS", "LINES")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="run every test: also those marked slow (end-to-end runs: clusters, launchers, "
+        "training, every emulated name), which the default run leaves out to stay within five "
+        "minutes on two cores; CI runs them (.ci/run)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default run leaves out the ``slow`` group; ``--full`` keeps it, and so does any ``-m``
+    expression (it chooses for itself: ``-m slow`` runs that group alone). A child the
+    ``accelreg_emu`` marker started runs exactly the tests its parent sent."""
+    if config.getoption("--full") or config.getoption("markexpr") or os.environ.get(CHILD_VAR):
+        return
+    kept = [item for item in items if item.get_closest_marker("slow") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("slow")])
+        items[:] = kept
 
 
 @pytest.hookimpl(optionalhook=True)
