@@ -58,5 +58,9 @@ def arm() -> bool:
     one already is), if :func:`armed`; returns whether it armed."""
     if not armed():
         return False
+    if os.environ.get("SLURM_STEP_ID"):  # a Slurm task: its allocation becomes its masks first
+        from .slurm import at_startup
+
+        at_startup()
     _postimport.before_first_import(watched(), install)
     return True
