@@ -209,7 +209,9 @@ def _slurm_lines(report: dict[str, Any]) -> list[str]:
     if not s:
         return []
     tasks = f" of {s['tasks']}" if s["tasks"] else ""
-    lines = [f"Slurm: job {s['job']}, step {s['step']}, task {s['task']}{tasks} (local {s['local_task']}) on {s['node']}"]
+    lines = [
+        f"Slurm: job {s['job']}, step {s['step']}, task {s['task']}{tasks} (local {s['local_task']}) on {s['node']}"
+    ]
     if s["error"]:
         return [*lines, f"Slurm allocation: cannot tell: {s['error']}"]
     gres = [

@@ -237,7 +237,9 @@ def scontrol(job: str, step: str, timeout: float = SCONTROL_TIMEOUT) -> tuple[st
             check=False,
         )
     except FileNotFoundError:
-        raise DeviceError(f"cannot ask Slurm which devices this task has: {what}: scontrol is not on PATH") from None
+        raise DeviceError(
+            f"cannot ask Slurm which devices this task has: {what}: scontrol is not on PATH"
+        ) from None
     except subprocess.TimeoutExpired:
         raise DeviceError(
             f"cannot ask Slurm which devices this task has: {what} did not answer within {timeout:g} s "
@@ -245,8 +247,12 @@ def scontrol(job: str, step: str, timeout: float = SCONTROL_TIMEOUT) -> tuple[st
         ) from None
     except OSError as exc:
         raise DeviceError(f"cannot ask Slurm which devices this task has: {what}: {exc}") from None
-    job_line = next((line[line.index("JobId=") :] for line in done.stdout.splitlines() if "JobId=" in line), "")
-    step_line = next((line[line.index("StepId=") :] for line in done.stdout.splitlines() if "StepId=" in line), "")
+    job_line = next(
+        (line[line.index("JobId=") :] for line in done.stdout.splitlines() if "JobId=" in line), ""
+    )
+    step_line = next(
+        (line[line.index("StepId=") :] for line in done.stdout.splitlines() if "StepId=" in line), ""
+    )
     if not job_line:
         said = " ".join((done.stderr or done.stdout).split())[:300] or f"exit status {done.returncode}"
         raise DeviceError(f"cannot ask Slurm which devices this task has: {what}: {said}")
@@ -348,16 +354,25 @@ def plan(environ: Mapping[str, str] | None = None, query: Query | None = None) -
         value = mask_value(list(ids))
         current = env.get(var)
         # Slurm's own numbering (relative under a device cgroup) for the runtimes it serves
-        kept = name == GPU and current is not None and current == env.get(_SLURM_GPU_ORDINAL) and current != value
+        kept = (
+            name == GPU
+            and current is not None
+            and current == env.get(_SLURM_GPU_ORDINAL)
+            and current != value
+        )
         if kept and current is not None:
             value = current
         parsed, problem = registry.parse_visible(b.spec, value)
         if problem is not None or parsed is None:
-            raise DeviceError(f"Slurm's {name} devices {value!r} are not a mask {b.name} accepts ({var}): {problem}")
+            raise DeviceError(
+                f"Slurm's {name} devices {value!r} are not a mask {b.name} accepts ({var}): {problem}"
+            )
         masks.append((b.name, var, value, name, kept))
         if name in alloc.per_task and parsed:
             device_ids[b.name] = parsed[0]
-    return SlurmPlan(task=t, allocation=alloc, masks=tuple(masks), device_ids=device_ids, ranks=_ranks(env, t))
+    return SlurmPlan(
+        task=t, allocation=alloc, masks=tuple(masks), device_ids=device_ids, ranks=_ranks(env, t)
+    )
 
 
 def _ranks(env: Mapping[str, str], t: SlurmTask) -> dict[str, str]:
@@ -408,7 +423,9 @@ def at_startup() -> None:
     try:
         os.environ.update(step_environ())
     except AccelregError as exc:
-        _warn.warn_once(f"accelreg: Slurm task {t.ident}: {exc}; its devices are not masked (run it under `accelreg run` to stop instead)")
+        _warn.warn_once(
+            f"accelreg: Slurm task {t.ident}: {exc}; its devices are not masked (run it under `accelreg run` to stop instead)"
+        )
         return
     registry.refresh()
 

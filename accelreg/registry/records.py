@@ -115,11 +115,15 @@ def _gres(value: Any, name: str) -> tuple[str, ...] | None:
     if value is None:
         return None
     if not isinstance(value, (tuple, list)) or len(value) > _MAX_GRES:
-        raise Nonsense(f"gres {safe_repr(value)} of {name!r} is not a tuple of at most {_MAX_GRES} GRES names")
+        raise Nonsense(
+            f"gres {safe_repr(value)} of {name!r} is not a tuple of at most {_MAX_GRES} GRES names"
+        )
     names: list[str] = []
     for item in value:
         if not isinstance(item, str) or not _GRES.fullmatch(item):
-            raise Nonsense(f"gres {safe_repr(item)} of {name!r} is not a Slurm GRES name (letters, digits and _)")
+            raise Nonsense(
+                f"gres {safe_repr(item)} of {name!r} is not a Slurm GRES name (letters, digits and _)"
+            )
         item = str.__str__(item)
         if item in names:
             raise Nonsense(f"gres of {name!r} names {item!r} twice")

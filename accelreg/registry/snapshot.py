@@ -130,7 +130,9 @@ def slurm_tasks_on_node(environ: Mapping[str, str]) -> int | None:
     return None
 
 
-def _rank_bounds(environ: Mapping[str, str], local_rank: tuple[str, str] | None) -> tuple[tuple[str, str], ...]:
+def _rank_bounds(
+    environ: Mapping[str, str], local_rank: tuple[str, str] | None
+) -> tuple[tuple[str, str], ...]:
     """The process counts that bound ``local_rank``, from the same launcher: Slurm's for a
     Slurm local rank (a torchrun started by ``srun -n1`` counts its own ranks), else the others."""
     if local_rank is not None and local_rank[0] in SLURM_LOCAL_RANK_VARS:

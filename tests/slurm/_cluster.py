@@ -133,7 +133,9 @@ class Cluster:
             if state == "idle":
                 return
             time.sleep(0.2)
-        raise Unavailable(f"the node did not become idle within {timeout:g} s (state {state!r}): {self.logs()}")
+        raise Unavailable(
+            f"the node did not become idle within {timeout:g} s (state {state!r}): {self.logs()}"
+        )
 
     def stop(self) -> None:
         """Cancel what still runs, then stop both daemons by their process ids."""

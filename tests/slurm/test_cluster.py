@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -113,7 +114,13 @@ def test_two_concurrent_jobs_land_on_the_devices_slurm_gave_them(slurm_cluster, 
     jobs = [
         slurm_cluster.popen("srun", "-n1", request_one, *RUN, sys.executable, PROBE, "resolve", env=env),
         slurm_cluster.popen(
-            "srun", "-n1", request_one, sys.executable, PROBE, "resolve", env={**env, "ACCELREG_AUTO_INSTALL": "1"}
+            "srun",
+            "-n1",
+            request_one,
+            sys.executable,
+            PROBE,
+            "resolve",
+            env={**env, "ACCELREG_AUTO_INSTALL": "1"},
         ),
     ]
     try:
@@ -128,7 +135,7 @@ def test_two_concurrent_jobs_land_on_the_devices_slurm_gave_them(slurm_cluster, 
         for job in jobs:
             try:
                 logs.append(job.communicate(timeout=60)[0])
-            except Exception:
+            except subprocess.TimeoutExpired:
                 job.kill()  # the srun client this test started, by its handle
                 logs.append(job.communicate()[0])
     assert len(rows) == 2 and rows[0]["job"] != rows[1]["job"], (rows, logs)
@@ -165,7 +172,9 @@ def test_sbatch_with_srun_inside_works_the_same(slurm_cluster, tmp_path):
     assert proc.returncode == 0, (proc.stdout, proc.stderr, log)
     rows = records(out)
     _own_devices(rows)
-    assert all(r["WORLD_SIZE"] == "2" and r["ACCELREG_SLURM_TASK"].endswith(f".0.{r['task']}") for r in rows), rows
+    assert all(
+        r["WORLD_SIZE"] == "2" and r["ACCELREG_SLURM_TASK"].endswith(f".0.{r['task']}") for r in rows
+    ), rows
 
 
 def _port() -> int:
@@ -178,7 +187,15 @@ def test_torchrun_started_by_srun_keeps_its_own_ranks(slurm_cluster, tmp_path):
     """``srun -n1 accelreg run -- torchrun --nproc-per-node 2 probe.py``: torchrun's ranks are
     its own (LOCAL_RANK, WORLD_SIZE=2, not Slurm's one task), on the step's devices."""
     out = _results(tmp_path)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_port())]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(_port()),
+    ]
     log = _step(slurm_cluster, out, "-n1", "--gres=npu:2", *RUN, *torchrun, PROBE, "allreduce")
     assert "exit status 0" in log, log
     rows = records(out)
@@ -193,7 +210,13 @@ def test_accelreg_env_says_what_slurm_allocated(slurm_cluster, tmp_path):
     proc = slurm_cluster.run("srun", "-n1", "--gres=npu:1", "accelreg", "env", "--json", timeout=STEP_TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     s = json.loads(proc.stdout)["slurm"]
-    assert (s["step"], s["task"], s["node"], s["applied"], s["error"]) == ("0", "0", "localhost", False, None), s
+    assert (s["step"], s["task"], s["node"], s["applied"], s["error"]) == (
+        "0",
+        "0",
+        "localhost",
+        False,
+        None,
+    ), s
     (ids,) = [g["ids"] for name, g in s["gres"].items() if name == "npu"]
     assert len(ids) == 1, s
     assert {"backend": "npu", "variable": "ASCEND_RT_VISIBLE_DEVICES", "value": ids[0], "gres": "npu",

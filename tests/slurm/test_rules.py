@@ -64,7 +64,9 @@ def _step_env(monkeypatch, **extra: str) -> None:
 
 def _acme(count: int = 2, **extra) -> None:
     extra.setdefault("gres", ("acme", "gpu"))
-    accelreg.register(plugin(spec("acme", count, priority=200, device_type="ve", var=VAR, **extra)), "fakeplugin_acme")
+    accelreg.register(
+        plugin(spec("acme", count, priority=200, device_type="ve", var=VAR, **extra)), "fakeplugin_acme"
+    )
 
 
 def _scontrol(monkeypatch, job: str = JOB, step: str = STEP) -> list[tuple[str, str]]:
@@ -98,7 +100,13 @@ def test_a_batch_scripts_shell_is_no_task(monkeypatch):
 
 def test_a_launchers_own_rank_wins_and_slurms_counts_do_not_bound_it(monkeypatch):
     """torchrun started by ``srun -n1``: its rank 1 of 2 on the node, though Slurm ran 1 task."""
-    _step_env(monkeypatch, SLURM_LOCALID="0", SLURM_NTASKS="1", SLURM_STEP_NUM_TASKS="1", SLURM_STEP_TASKS_PER_NODE="1")
+    _step_env(
+        monkeypatch,
+        SLURM_LOCALID="0",
+        SLURM_NTASKS="1",
+        SLURM_STEP_NUM_TASKS="1",
+        SLURM_STEP_TASKS_PER_NODE="1",
+    )
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     _acme()
@@ -122,7 +130,10 @@ def test_a_slurm_rank_past_its_tasks_or_devices_is_an_error_not_device_0(monkeyp
 
 
 def test_a_step_is_a_launcher_no_silent_cpu(monkeypatch):
-    accelreg.register(plugin(spec("acme", 2, device_type="ve", available=False, runtime_package="json")), "fakeplugin_failing")
+    accelreg.register(
+        plugin(spec("acme", 2, device_type="ve", available=False, runtime_package="json")),
+        "fakeplugin_failing",
+    )
     _step_env(monkeypatch)
     with pytest.raises(DeviceError, match=r"started by a launcher \(SLURM_LOCALID=1\)"):
         accelreg.resolve()
@@ -134,7 +145,14 @@ def test_a_step_is_a_launcher_no_silent_cpu(monkeypatch):
 
 @pytest.mark.parametrize(
     ("layout", "node", "expected"),
-    [("2", "0", 2), ("2(x3),1", "2", 2), ("2(x3),1", "3", 1), ("2(x3),1", "4", None), ("2,junk", "1", None), ("", "0", None)],
+    [
+        ("2", "0", 2),
+        ("2(x3),1", "2", 2),
+        ("2(x3),1", "3", 1),
+        ("2(x3),1", "4", None),
+        ("2,junk", "1", None),
+        ("", "0", None),
+    ],
 )
 def test_tasks_on_this_node(layout, node, expected):
     env = {"SLURM_STEP_ID": "0", "SLURM_STEP_TASKS_PER_NODE": layout, "SLURM_NODEID": node}
@@ -157,7 +175,9 @@ def test_host_lists_and_gres_records():
     assert slurm.parse_job_gres(JOB_MULTI, "n03") == {"acme": ("3",), "gpu": ("1",), "bare": None}
     assert slurm.parse_job_gres(JOB_MULTI, "n04") == {}
     assert slurm.parse_step_gres(STEP) == {"npu": ("Node", 1)}
-    assert slurm.parse_step_gres("StepId=6.0 TresBind=gpu:per_task:1 TresPerTask=gres:gpu:1") == {"gpu": ("Task", 1)}
+    assert slurm.parse_step_gres("StepId=6.0 TresBind=gpu:per_task:1 TresPerTask=gres:gpu:1") == {
+        "gpu": ("Task", 1)
+    }
 
 
 def test_the_master_port_is_the_steps_own():
@@ -185,7 +205,11 @@ def test_custom_gres_come_from_scontrol_once(monkeypatch):
 @pytest.mark.parametrize(
     ("job", "step", "match"),
     [
-        (JOB.replace("npu:1(IDX:0)", "npu:2(IDX:0-1)"), STEP, r"asked for npu:1 per node, but job 13 has npu 0,1"),
+        (
+            JOB.replace("npu:1(IDX:0)", "npu:2(IDX:0-1)"),
+            STEP,
+            r"asked for npu:1 per node, but job 13 has npu 0,1",
+        ),
         (JOB.replace("npu:1(IDX:0)", "npu:1"), STEP, r"names no devices for them \(no File= for npu"),
     ],
 )
@@ -198,15 +222,27 @@ def test_an_allocation_slurm_does_not_name_is_an_error_not_a_guess(monkeypatch, 
 
 def test_tasks_sharing_the_nodes_devices_ask_for_them_per_task(monkeypatch):
     """``--tres-per-task=gres:npu:1`` with two tasks on the node covers the job's npu:2."""
-    _scontrol(monkeypatch, JOB.replace("npu:1(IDX:0)", "npu:2(IDX:0-1)"), STEP.replace("TresPerNode", "TresPerTask"))
-    env = {"SLURM_STEP_ID": "0", "SLURM_JOB_ID": "13", "SLURMD_NODENAME": "localhost", "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NODEID": "0"}
+    _scontrol(
+        monkeypatch, JOB.replace("npu:1(IDX:0)", "npu:2(IDX:0-1)"), STEP.replace("TresPerNode", "TresPerTask")
+    )
+    env = {
+        "SLURM_STEP_ID": "0",
+        "SLURM_JOB_ID": "13",
+        "SLURMD_NODENAME": "localhost",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_NODEID": "0",
+    }
     assert slurm.allocation(env, {"npu"}).gres == {"npu": ("0", "1")}
 
 
 # -- masks and ranks ----------------------------------------------------------------------
 def test_a_custom_gres_becomes_the_mask_and_slurms_ranks_the_distributed_ones(monkeypatch):
     _step_env(monkeypatch)
-    _scontrol(monkeypatch, JOB.replace("npu:1(IDX:0)", "acme:2(IDX:0-1)"), STEP.replace("npu", "acme").replace(":1", ":2"))
+    _scontrol(
+        monkeypatch,
+        JOB.replace("npu:1(IDX:0)", "acme:2(IDX:0-1)"),
+        STEP.replace("npu", "acme").replace(":1", ":2"),
+    )
     _acme()
     env = slurm.step_environ()
     assert env == {
@@ -243,7 +279,14 @@ def test_a_mask_slurm_set_in_its_own_numbering_is_kept(monkeypatch):
     assert masks["acme"] == (VAR, "3", "gpu", False)
 
 
-@pytest.mark.parametrize(("extra", "settings"), [({"runtime_package": "no_such_runtime_pkg"}, {}), ({}, {"ACCELREG_DISABLE": "acme"}), ({"gres": ()}, {})])
+@pytest.mark.parametrize(
+    ("extra", "settings"),
+    [
+        ({"runtime_package": "no_such_runtime_pkg"}, {}),
+        ({}, {"ACCELREG_DISABLE": "acme"}),
+        ({"gres": ()}, {}),
+    ],
+)
 def test_backends_not_here_get_no_mask(monkeypatch, extra, settings):
     _step_env(monkeypatch, SLURM_STEP_GPUS="1", **settings)
     _scontrol(monkeypatch)
@@ -294,7 +337,9 @@ def _fake_scontrol(tmp_path: Path, body: str) -> str:
 )  # fmt: skip
 def test_scontrol_failing_or_hanging_is_a_clear_error(tmp_path, monkeypatch, body, timeout, match):
     monkeypatch.setenv("PATH", _fake_scontrol(tmp_path, body) + os.pathsep + os.environ["PATH"])
-    with pytest.raises(DeviceError, match=f"cannot ask Slurm which devices this task has: scontrol show job -d 13 .*{match}"):
+    with pytest.raises(
+        DeviceError, match=f"cannot ask Slurm which devices this task has: scontrol show job -d 13 .*{match}"
+    ):
         slurm.scontrol("13", "0", timeout=timeout)
 
 
@@ -333,7 +378,9 @@ def test_the_start_up_hook_warns_and_leaves_the_environment(monkeypatch):
 
 def test_the_start_up_hook_sets_the_mask_once_per_task(monkeypatch):
     _step_env(monkeypatch)
-    asked = _scontrol(monkeypatch, JOB.replace("npu:1(IDX:0)", "acme:2(IDX:0-1)"), STEP.replace("npu:1", "acme:2"))
+    asked = _scontrol(
+        monkeypatch, JOB.replace("npu:1(IDX:0)", "acme:2(IDX:0-1)"), STEP.replace("npu:1", "acme:2")
+    )
     _acme()
     with monkeypatch.context() as m:
         m.setattr(os, "environ", dict(os.environ))
@@ -375,7 +422,9 @@ def test_several_assigned_devices_one_per_backend(monkeypatch):
 
 def test_a_mask_slurm_wrote_for_its_gpus_is_no_sign_of_hardware(monkeypatch):
     """Slurm sets CUDA_VISIBLE_DEVICES (and the others) for gpu GRES whatever the node has."""
-    accelreg.register(plugin(spec("acme", 2, device_type="ve", available=False, var=VAR)), "fakeplugin_failing")
+    accelreg.register(
+        plugin(spec("acme", 2, device_type="ve", available=False, var=VAR)), "fakeplugin_failing"
+    )
     monkeypatch.setenv(VAR, "1")
     assert registry.get().backend("acme").presence() == "ACME_VISIBLE_DEVICES='1' is set"
     monkeypatch.setenv("GPU_DEVICE_ORDINAL", "1")
