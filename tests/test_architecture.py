@@ -42,6 +42,9 @@ LAZY_ALLOWED = {
     ("accelreg.launch.job", "accelreg.launch.slurm"): (
         "only a task of a Slurm step (SLURM_STEP_ID set) needs the registry to mask its allocation"
     ),
+    ("accelreg.launch.startup", "accelreg.launch.slurm_task"): (
+        "outside a Slurm step (SLURM_STEP_ID unset) the start-up hook imports nothing for Slurm"
+    ),
     ("accelreg.launch.startup", "accelreg.launch.slurm"): (
         "every Python process under `accelreg run` runs the start-up hook; only the first one of "
         "a Slurm task whose mask is not set loads the registry"

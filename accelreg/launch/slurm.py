@@ -18,7 +18,7 @@ in ``scontrol show job -d`` (``npu:2(IDX:0-1)``). Here, in a task of a Slurm ste
   starts that its mask is already set (Slurm is asked once per task).
 * ``accelreg run`` applies it before it starts its command (:func:`accelreg.launch.job.run`);
   the start-up hook (``ACCELREG_AUTO_INSTALL=1``) applies it in the task's first Python process
-  (:func:`at_startup`), before any runtime reads its mask.
+  (:func:`apply`, after the cheap check of :mod:`.slurm_task`), before any runtime reads its mask.
 
 Nothing here runs outside a Slurm step (``SLURM_STEP_ID`` unset): a batch script's shell is no
 task. See docs/scaling.md, "Slurm".
@@ -37,6 +37,7 @@ from .. import _warn, registry
 from ..errors import AccelregError, DeviceError
 from ..registry.probing import package_installed
 from ..registry.visible import mask_value
+from .slurm_task import ENV_TASK
 
 __all__ = [
     "ENV_TASK",
@@ -45,7 +46,7 @@ __all__ = [
     "SlurmPlan",
     "SlurmTask",
     "allocation",
-    "at_startup",
+    "apply",
     "expand_hostlist",
     "master_port",
     "parse_gres",
@@ -58,8 +59,6 @@ __all__ = [
     "task",
 ]
 
-#: Set for a Slurm task's processes once its mask is set: ``<job>.<step>.<task>``.
-ENV_TASK = "ACCELREG_SLURM_TASK"
 #: Seconds ``scontrol`` may take: a client whose controller is gone retries for minutes.
 SCONTROL_TIMEOUT = 10.0
 #: Slurm's own GRES type for GPUs: the one type Slurm sets variables for (per task or per step).
@@ -412,11 +411,12 @@ def step_environ(environ: Mapping[str, str] | None = None, *, masks: bool = True
     return out
 
 
-def at_startup() -> None:
-    """The start-up hook's part, in a Slurm task whose mask is not set yet (no ``accelreg
-    run`` in front): set it, and the rank variables, in this process's environment, before
-    any runtime reads them. Slurm failing to answer is a warning (a hook never raises into
-    interpreter start-up); ``accelreg run`` stops instead."""
+def apply() -> None:
+    """The start-up hook's part, in a Slurm task whose mask is not set yet
+    (:func:`accelreg.launch.slurm_task.pending`) (no ``accelreg run`` in front): set it, and the rank
+    variables, in this process's environment, before any runtime reads them. Slurm failing to
+    answer is a warning (a hook never raises into interpreter start-up); ``accelreg run``
+    stops instead."""
     t = task()
     if t is None or os.environ.get(ENV_TASK) == t.ident:
         return

@@ -59,8 +59,11 @@ def arm() -> bool:
     if not armed():
         return False
     if os.environ.get("SLURM_STEP_ID"):  # a Slurm task: its allocation becomes its masks first
-        from .slurm import at_startup
+        from .slurm_task import pending
 
-        at_startup()
+        if pending():
+            from .slurm import apply
+
+            apply()
     _postimport.before_first_import(watched(), install)
     return True

@@ -20,8 +20,9 @@ import torch
 import accelreg
 from accelreg import DeviceError, registry
 from accelreg.cli.env import _slurm_lines, env_report
-from accelreg.launch import slurm
+from accelreg.launch import slurm, slurm_task
 from accelreg.registry import DEVICE_ID_VAR
+from accelreg.testing import run_python
 
 from .._fakes import plugin, spec
 from ..test_schemas import problems, schema
@@ -372,7 +373,7 @@ def test_the_start_up_hook_warns_and_leaves_the_environment(monkeypatch):
     monkeypatch.setattr(slurm, "scontrol", broken)
     before = dict(os.environ)
     with pytest.warns(RuntimeWarning, match=r"Slurm task 13.0.1: cannot ask Slurm .* not masked"):
-        slurm.at_startup()
+        slurm.apply()
     assert dict(os.environ) == before
 
 
@@ -384,8 +385,8 @@ def test_the_start_up_hook_sets_the_mask_once_per_task(monkeypatch):
     _acme()
     with monkeypatch.context() as m:
         m.setattr(os, "environ", dict(os.environ))
-        slurm.at_startup()
-        slurm.at_startup()  # the task's next process: its marker says it is done
+        slurm.apply()
+        slurm.apply()  # the task's next process: its marker says it is done
         assert (os.environ[VAR], os.environ[slurm.ENV_TASK], len(asked)) == ("0,1", "13.0.1", 1)
         assert accelreg.resolve() == torch.device("ve", 1)
 
@@ -460,3 +461,13 @@ def test_accelreg_env_says_why_slurm_cannot_tell(monkeypatch):
     monkeypatch.delenv("SLURM_STEP_ID")
     registry.refresh()
     assert env_report()["slurm"] is None and _slurm_lines({"slurm": None}) == []
+
+
+def test_the_hook_in_a_task_whose_mask_is_set_loads_no_registry():
+    """Every Python process of a task under ``accelreg run`` runs the start-up hook: once the
+    task's mask is set (its marker), the hook pays a few environment lookups, not the registry."""
+    code = "import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.startswith('accelreg'))))"
+    task = {"SLURM_JOB_ID": "13", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "ACCELREG_RUN": "1"}
+    loaded = run_python(code, name=None, env={**task, slurm.ENV_TASK: "13.0.1"}).value
+    assert "accelreg.launch.slurm_task" in loaded and "accelreg.registry" not in loaded, loaded
+    assert slurm_task.task_ident(task) == "13.0.1" and slurm_task.task_ident({"SLURM_JOB_ID": "13"}) is None
