@@ -29,7 +29,15 @@ from ..sizes import format_size
 from ._codes import EXIT_OK
 from ._format import table, terminal_width, version_line, versions, wrapped
 
-__all__ = ["LIBRARIES", "REPORT_WIDTH", "add_parser", "cmd_env", "env_report", "markdown_report"]
+__all__ = [
+    "LIBRARIES",
+    "REPORT_WIDTH",
+    "add_parser",
+    "cmd_env",
+    "env_report",
+    "markdown_report",
+    "slurm_lines",
+]
 
 #: Libraries whose versions a report lists (read from their metadata: nothing is imported).
 LIBRARIES = (
@@ -203,7 +211,7 @@ def _integrations_scope(items: list[dict[str, Any]]) -> str:
 
 
 # -- Slurm ---------------------------------------------------------------------------------
-def _slurm_lines(report: dict[str, Any]) -> list[str]:
+def slurm_lines(report: dict[str, Any]) -> list[str]:
     """What ``accelreg env`` says about the Slurm step it runs in (nothing outside one)."""
     s = report.get("slurm")
     if not s:
@@ -352,7 +360,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     say()
     say(_priority_line(report))
     say(_resolve_line(report))
-    for line in _slurm_lines(report):
+    for line in slurm_lines(report):
         say(line)
     for b in report["backends"]:
         if b["visible_devices_error"]:
@@ -458,7 +466,7 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
         out += _bullet(f"config: {line}", width)
     out += _bullet(_priority_line(report).replace("  (", " ("), width)
     out += _bullet(_resolve_line(report).replace("  (", " ("), width)
-    for line in _slurm_lines(report):
+    for line in slurm_lines(report):
         out += _bullet(line, width)
     out += ["", "**Backends** (effective order)", ""]
     rows = [[*_backend_cells(b), _provider(b)] for b in report["backends"]]

@@ -10,8 +10,8 @@ in ``scontrol show job -d`` (``npu:2(IDX:0-1)``). Here, in a task of a Slurm ste
   the first of the backend's GRES names (:attr:`~accelreg.types.BackendSpec.gres_names`) the
   task has — asking ``scontrol`` once (one process, both questions) and only when a backend
   declares a type other than ``gpu``; and the ``torch.distributed`` variables the task's
-  rank needs (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
-  ``MASTER_PORT``), from Slurm's, never replacing one a launcher set.
+  rank needs (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``: the
+  ones every launcher sets for its own ranks), from Slurm's, never replacing one a launcher set.
 * :func:`step_environ` is that plan as environment variables: each backend's visible-devices
   mask, ``ACCELREG_DEVICE_ID`` for devices bound to this one task, the rank variables, and
   ``ACCELREG_SLURM_TASK`` (``<job>.<step>.<task>``), which tells every process the task
@@ -66,7 +66,10 @@ GPU = "gpu"
 #: The variable Slurm sets for ``gpu`` GRES next to each GPU runtime's own mask, to the same
 #: value: a backend's mask that holds exactly this value was set by Slurm, and is kept.
 _SLURM_GPU_ORDINAL = "GPU_DEVICE_ORDINAL"
-_RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+#: What ``init_process_group()`` reads from the environment, and what torchrun, DeepSpeed's
+#: launcher and ``accelerate launch`` set for their ranks. Not ``LOCAL_WORLD_SIZE``: DeepSpeed's
+#: launcher does not set it, and a step's value would then bound its ranks (``srun -n1``: 1).
+_RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 #: ``gpu:2(IDX:0-1)``, ``gpu:a100:1(IDX:3)``, ``npu:2(IDX:0,2)``, ``npu:2(IDX:N/A)``.
 _GRES_ENTRY = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?::[^:(),\s]+)?:([0-9]+)(?:\(IDX:([^)]*)\))?")
 #: ``Nodes=node[1-2] CPU_IDs=0-3 Mem=0 GRES=npu:2(IDX:0-1)`` in ``scontrol -d -o show job``.
@@ -381,12 +384,10 @@ def _ranks(env: Mapping[str, str], t: SlurmTask) -> dict[str, str]:
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     hosts = expand_hostlist(nodes)
     size = (env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or "").strip()
-    on_node = registry.slurm_tasks_on_node(env)
     values = {
         "RANK": t.rank,
         "WORLD_SIZE": size,
         "LOCAL_RANK": t.local_rank,
-        "LOCAL_WORLD_SIZE": str(on_node) if on_node is not None else "",
         "MASTER_ADDR": hosts[0] if hosts else "",
         "MASTER_PORT": str(master_port(t.job, t.step)),
     }

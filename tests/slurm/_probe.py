@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-mode = sys.argv[1]
+mode = next(a for a in sys.argv[1:] if not a.startswith("--"))  # DeepSpeed's adds --local_rank=N
 env = os.environ
 name = "-".join(env.get(k, "x") for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "RANK"))
 record: dict = {

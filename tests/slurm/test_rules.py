@@ -19,7 +19,7 @@ import torch
 
 import accelreg
 from accelreg import DeviceError, registry
-from accelreg.cli.env import _slurm_lines, env_report
+from accelreg.cli.env import slurm_lines
 from accelreg.launch import slurm, slurm_task
 from accelreg.registry import DEVICE_ID_VAR
 from accelreg.testing import run_python
@@ -251,7 +251,6 @@ def test_a_custom_gres_becomes_the_mask_and_slurms_ranks_the_distributed_ones(mo
         "RANK": "1",
         "WORLD_SIZE": "2",
         "LOCAL_RANK": "1",
-        "LOCAL_WORLD_SIZE": "2",
         "MASTER_ADDR": "localhost",
         "MASTER_PORT": str(slurm.master_port("13", "0")),
         slurm.ENV_TASK: "13.0.1",
@@ -440,12 +439,12 @@ def test_accelreg_env_reports_the_step(monkeypatch):
     _step_env(monkeypatch, SLURM_STEP_GPUS="1", SLURMD_TRES_BIND="gpu:per_task:1")
     _scontrol(monkeypatch, JOB.replace("npu:1(IDX:0)", "acme:2(IDX:0-1)"), STEP.replace("npu:1", "acme:2"))
     _acme()
-    report = json.loads(json.dumps(env_report()))
-    assert problems(report, schema("env"), schema("env")) == []
+    report = {"slurm": json.loads(json.dumps(slurm.report()))}  # accelreg env's section, as JSON
+    assert problems(report["slurm"], schema("env")["properties"]["slurm"], schema("env")) == []
     s = report["slurm"]
     assert s["gres"]["acme"] == {"ids": ["0", "1"], "source": "scontrol show job -d 13"}
     assert s["per_task"] == ["gpu"] and s["applied"] is False and s["ranks"]["RANK"] == "1"
-    text = "\n".join(_slurm_lines(report))
+    text = "\n".join(slurm_lines(report))
     assert "Slurm: job 13, step 0, task 1 of 2 (local 1) on localhost" in text
     assert f"Slurm mask for acme: {VAR}=0,1 (from its acme GRES; not set in this process" in text
 
@@ -454,13 +453,13 @@ def test_accelreg_env_says_why_slurm_cannot_tell(monkeypatch):
     _step_env(monkeypatch)
     _scontrol(monkeypatch, JOB.replace("npu:1(IDX:0)", "acme:2(IDX:0-1)"), STEP.replace("npu:1", "acme:1"))
     _acme()
-    report = json.loads(json.dumps(env_report()))
-    assert problems(report, schema("env"), schema("env")) == []
+    report = {"slurm": json.loads(json.dumps(slurm.report()))}
+    assert problems(report["slurm"], schema("env")["properties"]["slurm"], schema("env")) == []
     assert "Slurm does not say which of them the step got" in report["slurm"]["error"]
-    assert "Slurm allocation: cannot tell:" in "\n".join(_slurm_lines(report))
+    assert "Slurm allocation: cannot tell:" in "\n".join(slurm_lines(report))
     monkeypatch.delenv("SLURM_STEP_ID")
     registry.refresh()
-    assert env_report()["slurm"] is None and _slurm_lines({"slurm": None}) == []
+    assert slurm.report() is None and slurm_lines({"slurm": None}) == []
 
 
 def test_the_hook_in_a_task_whose_mask_is_set_loads_no_registry():
