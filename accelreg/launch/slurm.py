@@ -1,8 +1,7 @@
 """Slurm: every task of a job step gets the devices Slurm allocated to it, as registry devices.
 
 Slurm hands accelerators out as GRES (generic resources). For its ``gpu`` type it sets
-``SLURM_STEP_GPUS`` (and CUDA's, ROCm's and oneAPI's own variables, which other runtimes
-ignore), per task with ``--gpus-per-task`` and shared by the step's tasks on a node with
+``SLURM_STEP_GPUS`` (and each GPU runtime's own variable, which other runtimes ignore), per task with ``--gpus-per-task`` and shared by the step's tasks on a node with
 ``--gres=gpu:N``; for any other type (``Gres=npu:8``) it sets nothing, and the indices show only
 in ``scontrol show job -d`` (``npu:2(IDX:0-1)``). Here, in a task of a Slurm step:
 
