@@ -44,6 +44,11 @@ def accelreg_backends() -> Iterable[BackendSpec]:
     cheap and without importing what is absent) and ``device_name`` (``(index) -> str``, each
     device's product name) are what ``accelreg env`` and ``accelreg env --report`` show.
 
+    On a Slurm cluster, ``gres`` names the GRES types your devices are declared as (default:
+    the backend name; ``("acme", "gpu")`` where sites declare them as Slurm's ``gpu`` type):
+    in a task of a Slurm step, ``accelreg run`` makes the devices Slurm allocated to the task
+    your ``visible_devices_var`` (docs/scaling.md, "Slurm").
+
     Returns:
         An iterable of ``BackendSpec``.
 

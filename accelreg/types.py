@@ -119,6 +119,14 @@ class BackendSpec:
             choice. accelreg's Ray integration offers the backend's devices to Ray under it
             (docs/scaling.md). Letters, digits and ``_``; not one of Ray's own non-accelerator
             resources (``CPU``, ``memory``, ``object_store_memory``).
+        gres: The Slurm GRES names (generic resource types, ``Gres=npu:8`` in ``slurm.conf``)
+            this backend's devices are declared as on a cluster, in order of preference:
+            ``None`` means the backend name (``("acme",)``); add ``"gpu"`` when sites declare
+            your devices as Slurm's ``gpu`` type (the built-in npu, mlu, musa and sdaa declare
+            ``(name, "gpu")``; cuda and xpu ``("gpu",)``); ``()`` for devices Slurm never hands
+            out. Under ``accelreg run`` in a Slurm task, the devices Slurm allocated of the first
+            name the task has become the backend's visible-devices mask (docs/scaling.md,
+            "Slurm"). Letters, digits and ``_``, at most 8 names.
     """
 
     name: str
@@ -139,6 +147,7 @@ class BackendSpec:
     versions: Callable[[], Mapping[str, str]] | None = None
     device_name: Callable[[int], str] | None = None
     ray_resource: str | None = None
+    gres: tuple[str, ...] | None = None
 
     @property
     def torch_type(self) -> str:
@@ -150,6 +159,12 @@ class BackendSpec:
         """The Ray resource this backend's devices are offered as: :attr:`ray_resource`, else
         the backend name upper-cased (``"MLU"``)."""
         return self.ray_resource or self.name.upper()
+
+    @property
+    def gres_names(self) -> tuple[str, ...]:
+        """The Slurm GRES names this backend's devices carry: :attr:`gres`, else the backend
+        name alone (``("mlu", "gpu")``, ``("acme",)``)."""
+        return (self.name,) if self.gres is None else tuple(self.gres)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ _SECONDS_KEY = "accelreg/xdist-scope-seconds"
 DEFAULT_SECONDS = {
     "tests/emu/test_ray.py": 320,
     "tests/deepspeed/test_launcher.py": 135,
+    "tests/slurm/test_cluster.py": 130,
     "tests/emu/test_conformance.py": 130,
     "tests/test_docs.py": 125,
     "tests/emu/test_integrations.py": 125,

@@ -52,6 +52,16 @@ LAZY_ALLOWED = {
     ("accelreg.launch.job", "accelreg.launch.masks"): (
         "`accelreg run -- CMD` without --devices starts CMD without the registry (paid once per job)"
     ),
+    ("accelreg.launch.job", "accelreg.launch.slurm"): (
+        "only a task of a Slurm step (SLURM_STEP_ID set) needs the registry to mask its allocation"
+    ),
+    ("accelreg.launch.startup", "accelreg.launch.slurm_task"): (
+        "outside a Slurm step (SLURM_STEP_ID unset) the start-up hook imports nothing for Slurm"
+    ),
+    ("accelreg.launch.startup", "accelreg.launch.slurm"): (
+        "every Python process under `accelreg run` runs the start-up hook; only the first one of "
+        "a Slurm task whose mask is not set loads the registry"
+    ),
     ("accelreg.integrations", "accelreg.integrations.seams"): (
         "every Python process under `accelreg run` imports accelreg.integrations at start-up; "
         "the registry (pluggy, the plugins) waits until install() runs"

@@ -64,4 +64,5 @@ def accelreg_backends():
         indexed=False,
         description="host CPU",
         dist_backend="gloo",
+        gres=(),  # the host itself, not a Slurm GRES
     )

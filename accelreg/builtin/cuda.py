@@ -75,6 +75,7 @@ def accelreg_backends():
         not_compiled=_not_compiled,
         dist_backend="nccl",
         ray_resource="GPU",  # Ray's own name (Ray detects NVIDIA and AMD GPUs itself)
+        gres=("gpu",),  # Slurm's own type (Slurm sets CUDA_VISIBLE_DEVICES itself)
         presence=_driver_loaded,
         runtime_versions=_versions,
         description="NVIDIA CUDA / AMD ROCm (torch.cuda)",

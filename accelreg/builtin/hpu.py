@@ -26,5 +26,6 @@ def accelreg_backends():
         indexed=False,
         dist_backend="hccl",
         ray_resource="HPU",  # Ray's own name
+        gres=(),  # HABANA_VISIBLE_MODULES takes module ids, not Slurm's device indices
         description="Intel Gaudi HPU (habana_frameworks.torch)",
     )

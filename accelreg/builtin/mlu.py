@@ -14,5 +14,6 @@ def accelreg_backends():
         package="torch_mlu",
         visible_devices_var="MLU_VISIBLE_DEVICES",
         dist_backend="cncl",
+        gres=("mlu", "gpu"),  # its own GRES type, or Slurm's gpu type on sites that use it
         description="Cambricon MLU (torch_mlu)",
     )

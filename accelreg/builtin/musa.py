@@ -14,5 +14,6 @@ def accelreg_backends():
         package="torch_musa",
         visible_devices_var="MUSA_VISIBLE_DEVICES",
         dist_backend="mccl",
+        gres=("musa", "gpu"),  # its own GRES type, or Slurm's gpu type on sites that use it
         description="Moore Threads MUSA (torch_musa)",
     )

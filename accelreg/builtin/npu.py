@@ -15,5 +15,6 @@ def accelreg_backends():
         visible_devices_var="ASCEND_RT_VISIBLE_DEVICES",
         dist_backend="hccl",
         ray_resource="NPU",  # Ray's own name (Ray's NPU manager counts /dev/davinci*)
+        gres=("npu", "gpu"),  # its own GRES type, or Slurm's gpu type on sites that use it
         description="Huawei Ascend NPU (torch_npu)",
     )

@@ -24,12 +24,21 @@ from .. import registry
 from ..errors import AccelregError
 from ..integrations import status as integration_status
 from ..integrations import table as integration_table
+from ..launch import slurm
 from ..resolution import resolve_in
 from ..sizes import format_size
 from ._codes import EXIT_OK
 from ._format import table, terminal_width, version_line, versions, wrapped
 
-__all__ = ["LIBRARIES", "REPORT_WIDTH", "add_parser", "cmd_env", "env_report", "markdown_report"]
+__all__ = [
+    "LIBRARIES",
+    "REPORT_WIDTH",
+    "add_parser",
+    "cmd_env",
+    "env_report",
+    "markdown_report",
+    "slurm_lines",
+]
 
 #: Libraries whose versions a report lists (read from their metadata: nothing is imported).
 LIBRARIES = (
@@ -132,6 +141,7 @@ def env_report() -> dict[str, Any]:
         "integrations": (integrations := _integrations()),
         "integrations_scope": _integrations_scope(integrations),
         "integration_failures": [f.as_dict() for f in integration_table.failures()],
+        "slurm": slurm.report(snap.environ),
     }
 
 
@@ -175,7 +185,9 @@ def _why(snap: Any, device: str) -> str:
         return "no accelerator is available, so the cpu"
     order = "configured priority" if snap.settings.priority else "default plugin priorities"
     why = f"{current.name} is the first available backend by {order}"
-    assigned = snap.device_id is not None and snap.device_id[1].partition("=")[0].strip() == current.name
+    assigned = snap.device_id is not None and current.name in {
+        entry.partition("=")[0].strip() for entry in snap.device_id[1].split(",")
+    }
     if assigned and current.spec.indexed:
         var, value = snap.device_id
         why += f"; the device assigned by {var}={value} (its place in the mask)"
@@ -198,6 +210,35 @@ def _integrations_scope(items: list[dict[str, Any]]) -> str:
         "per process, and none is enabled in this one; each line says what "
         "accelreg.install() would do in a process that calls it"
     )
+
+
+# -- Slurm ---------------------------------------------------------------------------------
+def slurm_lines(report: dict[str, Any]) -> list[str]:
+    """What ``accelreg env`` says about the Slurm step it runs in (nothing outside one)."""
+    s = report.get("slurm")
+    if not s:
+        return []
+    tasks = f" of {s['tasks']}" if s["tasks"] else ""
+    lines = [
+        f"Slurm: job {s['job']}, step {s['step']}, task {s['task']}{tasks} (local {s['local_task']}) on {s['node']}"
+    ]
+    if s["error"]:
+        return [*lines, f"Slurm allocation: cannot tell: {s['error']}"]
+    gres = [
+        f"{name} {','.join(g['ids']) if g['ids'] is not None else '(no device indices)'} (from {g['source']}"
+        + (", this task's own)" if name in s["per_task"] else ")")
+        for name, g in s["gres"].items()
+    ]
+    lines.append(f"Slurm allocated: {'; '.join(gres) if gres else 'no GRES of a backend installed here'}")
+    state = "set" if s["applied"] else "not set in this process (`accelreg run` sets them)"
+    for m in s["masks"]:
+        how = "as Slurm set it" if m["set_by_slurm"] else f"from its {m['gres']} GRES"
+        lines.append(f"Slurm mask for {m['backend']}: {m['variable']}={m['value']} ({how}; {state})")
+    if s["device_id"]:
+        lines.append(f"Slurm binds devices to this task: ACCELREG_DEVICE_ID={s['device_id']}")
+    if s["ranks"]:
+        lines.append("Slurm ranks: " + ", ".join(f"{k}={v}" for k, v in s["ranks"].items()))
+    return lines
 
 
 # -- shared wording -----------------------------------------------------------------------
@@ -323,6 +364,8 @@ def cmd_env(args: argparse.Namespace) -> int:
     say()
     say(_priority_line(report))
     say(_resolve_line(report))
+    for line in slurm_lines(report):
+        say(line)
     for b in report["backends"]:
         if b["visible_devices_error"]:
             say(f"visible devices of {b['name']}: {b['visible_devices_error']}")
@@ -427,6 +470,8 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
         out += _bullet(f"config: {line}", width)
     out += _bullet(_priority_line(report).replace("  (", " ("), width)
     out += _bullet(_resolve_line(report).replace("  (", " ("), width)
+    for line in slurm_lines(report):
+        out += _bullet(line, width)
     out += ["", "**Backends** (effective order)", ""]
     rows = [[*_backend_cells(b), _provider(b)] for b in report["backends"]]
     out += _md_table(rows, ["#", "backend", "available", "devices", "provider"], width)

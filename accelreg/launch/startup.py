@@ -72,6 +72,13 @@ def arm() -> bool:
     try:
         if not armed():
             return False
+        if os.environ.get("SLURM_STEP_ID"):  # a Slurm task: its allocation becomes its masks first
+            from .slurm_task import pending
+
+            if pending():
+                from .slurm import apply
+
+                apply()
         importwatch.before_first_import(watched(), _install)
     except Exception as exc:  # noqa: BLE001 - the .pth line must not raise
         stop(f"its start-up hook failed ({_one_line(exc)})")

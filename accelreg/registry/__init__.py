@@ -31,7 +31,19 @@ from .containment import ProbeTimeout, acquire, call_with_timeout, check_not_ins
 from .loading import ENTRY_POINT_GROUP, SELF, Plugin
 from .probing import Backend, Probed, parse_visible
 from .records import RESERVED
-from .snapshot import DEVICE_ID_VAR, LAUNCHER_VARS, LOCAL_RANK_VARS, LOCAL_SIZE_VARS, Snapshot
+from .snapshot import (
+    DEVICE_ID_VAR,
+    LAUNCHER_VARS,
+    LOCAL_RANK_VARS,
+    LOCAL_SIZE_VARS,
+    SLURM_LAUNCHER_VARS,
+    SLURM_LOCAL_RANK_VARS,
+    SLURM_LOCAL_SIZE_VARS,
+    SLURM_STEP_VAR,
+    Snapshot,
+    in_slurm_step,
+    slurm_tasks_on_node,
+)
 
 __all__ = [
     "DEVICE_ID_VAR",
@@ -41,6 +53,10 @@ __all__ = [
     "LOCAL_SIZE_VARS",
     "RESERVED",
     "SELF",
+    "SLURM_LAUNCHER_VARS",
+    "SLURM_LOCAL_RANK_VARS",
+    "SLURM_LOCAL_SIZE_VARS",
+    "SLURM_STEP_VAR",
     "Backend",
     "Plugin",
     "ProbeTimeout",
@@ -50,12 +66,14 @@ __all__ = [
     "configure",
     "get",
     "if_current",
+    "in_slurm_step",
     "on_reset",
     "parse_visible",
     "refresh",
     "register",
     "reset",
     "settings",
+    "slurm_tasks_on_node",
     "unregister",
 ]
 

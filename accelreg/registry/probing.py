@@ -404,7 +404,7 @@ class Backend:
                 return why
         var = self.spec.visible_devices_var
         value = snap.environ.get(var) if var else None
-        if value is not None and value.strip():
+        if value is not None and value.strip() and not _set_by_slurm(snap.environ, value):
             probed = self.probe()
             if probed.visible_error is not None or probed.visible:
                 return f"{var}={value!r} is set"
@@ -439,6 +439,14 @@ class Backend:
         """Fresh locks in a forked child (another thread may have held one at the fork)."""
         self._lock = threading.Lock()
         self._presence_lock = threading.Lock()
+
+
+def _set_by_slurm(environ: Any, value: str) -> bool:
+    """Whether a mask holds the value Slurm writes into every GPU runtime's variable for a job's
+    ``gpu`` GRES (``GPU_DEVICE_ORDINAL`` and the others alike, whatever hardware the node has):
+    Slurm's bookkeeping, no sign that this backend's hardware is here."""
+    slurm = environ.get("SLURM_STEP_GPUS") is not None or environ.get("SLURM_JOB_GPUS") is not None
+    return slurm and value == environ.get("GPU_DEVICE_ORDINAL")
 
 
 def _check_presence(value: Any) -> str | None:

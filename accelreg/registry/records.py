@@ -31,6 +31,9 @@ _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _RAY_RESOURCE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 #: Ray's own resources that are not accelerators: a backend cannot be offered under these names.
 RAY_RESERVED = frozenset({"CPU", "memory", "object_store_memory"})
+#: A Slurm GRES name (``gpu``, ``npu``, ``mlu``): what ``Gres=`` in ``slurm.conf`` may declare.
+_GRES = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+_MAX_GRES = 8
 _PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,7}")
 _OPTIONAL_CALLABLES = (
     "current_index",
@@ -91,6 +94,8 @@ def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
         values[field_name] = str.__str__(value)
     if values.get("ray_resource") in RAY_RESERVED:
         raise Nonsense(f"ray_resource {values['ray_resource']!r} of {name!r} is one of Ray's own resources")
+    if "gres" in values:  # a field of a later accelreg on this version
+        values["gres"] = _gres(values["gres"], name)
     for field_name in ("is_available", "device_count"):
         if not callable(values[field_name]):
             raise Nonsense(f"{field_name} of {name!r} is not callable")
@@ -103,6 +108,27 @@ def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
         raise Nonsense(f"description of {name!r} must be a string")
     values["description"] = str.__str__(values["description"])[:200]
     return BackendSpec(**values)
+
+
+def _gres(value: Any, name: str) -> tuple[str, ...] | None:
+    """``gres``: ``None``, or a tuple/list of at most 8 distinct Slurm GRES names."""
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)) or len(value) > _MAX_GRES:
+        raise Nonsense(
+            f"gres {safe_repr(value)} of {name!r} is not a tuple of at most {_MAX_GRES} GRES names"
+        )
+    names: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or not _GRES.fullmatch(item):
+            raise Nonsense(
+                f"gres {safe_repr(item)} of {name!r} is not a Slurm GRES name (letters, digits and _)"
+            )
+        item = str.__str__(item)
+        if item in names:
+            raise Nonsense(f"gres of {name!r} names {item!r} twice")
+        names.append(item)
+    return tuple(names)
 
 
 # -- placement rules ----------------------------------------------------------------------

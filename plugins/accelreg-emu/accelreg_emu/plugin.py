@@ -128,5 +128,6 @@ def accelreg_backends() -> Iterator[BackendSpec]:
         # Emulation asked for (ACCELREG_EMU_NAME set) makes the backend *present*: a refused
         # configuration then warns (raises under a launcher) instead of giving cpu silently.
         runtime_package="accelreg_emu" if os.environ.get("ACCELREG_EMU_NAME") else None,
-        **_optional(versions=_versions, device_name=_device_name),
+        # Slurm: a GRES type named for the emulated name, or Slurm's own gpu type.
+        **_optional(versions=_versions, device_name=_device_name, gres=(name, "gpu")),
     )
