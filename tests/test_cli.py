@@ -59,7 +59,7 @@ def test_config_shows_sources(tmp_path):
 def test_config_exit_code_on_broken_file(tmp_path):
     (tmp_path / "accelreg.toml").write_text("priority = [\n")
     out = run("config", cwd=tmp_path)
-    assert out.returncode == 3 and "malformed TOML" in out.stdout
+    assert out.returncode == 3 and "malformed TOML" in out.stderr and "malformed TOML" not in out.stdout
 
 
 def test_bad_env_variable_exit_code():

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import platform
 import shutil
 import textwrap
+from collections.abc import Sequence
 
 from .. import __version__
 
-__all__ = ["table", "terminal_width", "version_line", "versions", "wrapped"]
+__all__ = ["did_you_mean", "table", "terminal_width", "version_line", "versions", "wrapped"]
 
 
 def table(rows: list[list[str]], header: list[str], width: int | None = None) -> str:
@@ -60,6 +62,14 @@ def table(rows: list[list[str]], header: list[str], width: int | None = None) ->
 
 #: The narrowest a wrapped last column of a table gets before columns move under the rows.
 _MIN_WRAP = 24
+
+
+def did_you_mean(given: str, known: Sequence[str]) -> str:
+    """``" (did you mean 'env'?)"`` for the names in ``known`` close to ``given``, else ``""``."""
+    close = difflib.get_close_matches(given, list(known), n=3, cutoff=0.6)
+    if not close:
+        close = [k for k in known if given and (k.startswith(given) or given.startswith(k))][:3]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def terminal_width() -> int | None:
