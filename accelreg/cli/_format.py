@@ -102,7 +102,7 @@ def versions() -> dict[str, str | None]:
 
 
 def version_line(found: dict[str, str | None] | None = None) -> str:
-    """``accelreg 0.1.0 (torch 2.13.0+cpu, Python 3.11.7)``."""
+    """``accelreg 0.2.0 (torch 2.13.0+cpu, Python 3.11.7)``."""
     found = found or versions()
     return (
         f"accelreg {found['accelreg']} (torch {found['torch'] or 'not installed'}, Python {found['python']})"
