@@ -132,7 +132,9 @@ def test_the_sdists_tests_run_after_unpacking(dists, tmp_path):
         [sys.executable, "-c", "import accelreg; print(accelreg.__file__)"],
         capture_output=True, text=True, cwd=unpacked, env=env, check=True,
     )  # fmt: skip
-    assert where.stdout.strip().startswith(str(unpacked)), "the unpacked sources are tested, not the checkout's"
+    assert where.stdout.strip().startswith(str(unpacked)), (
+        "the unpacked sources are tested, not the checkout's"
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", *SDIST_TESTS, "-k", "not test_block or configuration",
          "-m", "not slow", "-q", "-n", "0", "-p", "no:cacheprovider"],
