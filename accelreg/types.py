@@ -19,6 +19,7 @@ __all__ = [
     "Availability",
     "BackendInfo",
     "BackendSpec",
+    "HardwareSignature",
     "MemoryInfo",
     "PlacementRule",
     "PluginFailure",
@@ -57,6 +58,39 @@ class MemoryInfo:
 
     free: int
     total: int
+
+
+@dataclass(frozen=True)
+class HardwareSignature:
+    """How to see a backend's hardware on a machine whose runtime (or plugin) is missing.
+
+    Data, not code: accelreg itself looks for the device nodes, files and PCI devices it names,
+    under a root folder (``"/"``; tests pass a temporary one), without importing anything and
+    without a probe thread. ``accelreg env`` asks it only for a backend that is unavailable,
+    and names the hardware it finds with :attr:`install`. It never changes what ``resolve()``
+    answers (that is :attr:`BackendSpec.presence`'s and ``runtime_package``'s job).
+
+    Attributes:
+        what: The hardware in words, as ``accelreg env`` names it (``"Huawei Ascend NPU"``).
+        install: What to install to use it (``"torch_npu (pip install torch-npu) with Ascend's
+            CANN toolkit"``).
+        device_nodes: Absolute glob patterns of device nodes its kernel driver creates
+            (``"/dev/davinci[0-9]*"``): seen when the driver is loaded.
+        files: Absolute paths (or glob patterns) of files its driver creates
+            (``"/proc/driver/nvidia/version"``).
+        pci_vendors: PCI vendor ids (``"0x19e5"``), read from
+            ``/sys/bus/pci/devices/*/vendor``: seen with or without a driver.
+        pci_classes: PCI class code prefixes (``"0x12"``: processing accelerators, ``"0x0302"``:
+            3D controllers) a device of :attr:`pci_vendors` must have to count; empty counts
+            every device of those vendors.
+    """
+
+    what: str
+    install: str = ""
+    device_nodes: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    pci_vendors: tuple[str, ...] = ()
+    pci_classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +161,10 @@ class BackendSpec:
             out. Under ``accelreg run`` in a Slurm task, the devices Slurm allocated of the first
             name the task has become the backend's visible-devices mask (docs/scaling.md,
             "Slurm"). Letters, digits and ``_``, at most 8 names.
+        hardware: A :class:`HardwareSignature`: how to see this backend's hardware without
+            its runtime (device nodes, PCI vendor ids, driver files), so that ``accelreg env``
+            names hardware that is present while the runtime or plugin that would use it is
+            missing, with what to install. ``None``: the hardware cannot be seen that way.
     """
 
     name: str
@@ -148,6 +186,7 @@ class BackendSpec:
     device_name: Callable[[int], str] | None = None
     ray_resource: str | None = None
     gres: tuple[str, ...] | None = None
+    hardware: HardwareSignature | None = None
 
     @property
     def torch_type(self) -> str:

@@ -2,8 +2,9 @@
 
 The host (OS, Python, CPU, RAM), the libraries (numpy, transformers, accelerate, ...), the
 configuration files read, every backend (why it is (un)available, its runtime's and driver's
-versions as its plugin reports them), each device (name, total and free memory), what
-``resolve()`` picks, the integrations, plugin failures and warnings. ``--json`` prints the data
+versions as its plugin reports them), hardware that is here while its runtime or plugin is
+missing (and what to install), each device (name, total and free memory), what ``resolve()``
+picks, the integrations, plugin failures and warnings. ``--json`` prints the data
 (``accelreg/schemas/env.schema.json``); ``--report`` prints a Markdown block of at most 100
 columns to paste into a bug report.
 """
@@ -25,6 +26,7 @@ from ..errors import AccelregError
 from ..integrations import status as integration_status
 from ..integrations import table as integration_table
 from ..launch import slurm
+from ..registry.hardware import seen as hardware_seen
 from ..resolution import resolve_in
 from ..sizes import format_size
 from ._codes import EXIT_OK
@@ -88,8 +90,11 @@ def _version_of(distribution: str) -> str | None:
         return None
 
 
-def env_report() -> dict[str, Any]:
-    """Everything ``accelreg env`` shows, as plain data (the ``--json`` output)."""
+def env_report(*, hardware_root: str = "/") -> dict[str, Any]:
+    """Everything ``accelreg env`` shows, as plain data (the ``--json`` output).
+
+    ``hardware_root`` is where backends' hardware signatures look for device nodes, driver files
+    and PCI devices (a test passes a fake machine's root)."""
 
     snap = registry.get()
     backends = []
@@ -142,6 +147,7 @@ def env_report() -> dict[str, Any]:
         "integrations_scope": _integrations_scope(integrations),
         "integration_failures": [f.as_dict() for f in integration_table.failures()],
         "slurm": slurm.report(snap.environ),
+        "hardware": _hardware(snap, hardware_root),
     }
 
 
@@ -239,6 +245,46 @@ def slurm_lines(report: dict[str, Any]) -> list[str]:
     if s["ranks"]:
         lines.append("Slurm ranks: " + ", ".join(f"{k}={v}" for k, v in s["ranks"].items()))
     return lines
+
+
+# -- hardware without its runtime (issue 31) ---------------------------------------------
+def _hardware(snap: Any, root: str) -> list[dict[str, Any]]:
+    """Each unavailable backend whose hardware its signature sees here: the hardware, what
+    shows it, why the backend is unavailable, and what to install. Disabled backends are left
+    out (disabling says "not here")."""
+    out = []
+    for b in snap.order:
+        signature = b.spec.hardware
+        if signature is None or b.blocked is not None or b.available:
+            continue
+        evidence = hardware_seen(signature, root)
+        if evidence:
+            out.append(
+                {
+                    "backend": b.name,
+                    "what": signature.what,
+                    "evidence": list(evidence),
+                    "reason": b.probe().availability.reason,
+                    "install": signature.install or None,
+                }
+            )
+    return out
+
+
+def _hardware_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(indent, text)``: one line per backend whose hardware is here without its runtime."""
+    out: list[tuple[int, str]] = []
+    for item in report.get("hardware", ()):
+        out.append(
+            (
+                0,
+                f"{item['backend']}: {item['what']} found ({', '.join(item['evidence'])}), but "
+                f"{item['backend']} is unavailable: {item['reason']}",
+            )
+        )
+        if item["install"]:
+            out.append((1, f"install {item['install']}"))
+    return out
 
 
 # -- shared wording -----------------------------------------------------------------------
@@ -369,6 +415,12 @@ def cmd_env(args: argparse.Namespace) -> int:
     for b in report["backends"]:
         if b["visible_devices_error"]:
             say(f"visible devices of {b['name']}: {b['visible_devices_error']}")
+    hardware = _hardware_lines(report)
+    if hardware:
+        say()
+        say("hardware without its runtime (install what each line says to use it):")
+        for indent, line in hardware:
+            say(("  " if indent == 0 else "      ") + line)
     devices = [d for b in report["backends"] for d in b["device_info"]]
     if devices:
         say()
@@ -487,6 +539,11 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
         if b["versions"]:
             text += f"; runtime: {_versions_text(b['versions'])}"
         out += _bullet(text, width)
+    hardware = _hardware_lines(report)
+    if hardware:
+        out += ["", "**Hardware without its runtime**", ""]
+        for indent, line in hardware:
+            out += _bullet(line, width, indent)
     devices = [d for b in report["backends"] for d in b["device_info"]]
     if devices:
         out += ["", "**Devices**", ""]

@@ -16,7 +16,16 @@ __all__ = ["add_parser", "cmd_resolve"]
 
 def add_parser(subparsers: Any) -> None:
     """Register ``accelreg resolve`` on the ``accelreg`` command's subparsers."""
-    p = subparsers.add_parser("resolve", help="resolve a device spec (auto, 0, npu, npu:1, cpu, ...)")
+    p = subparsers.add_parser(
+        "resolve",
+        help="resolve a device spec (auto, 0, npu, npu:1, cpu, ...)",
+        description="Print the torch device SPEC means in this process, as accelreg.resolve(SPEC) "
+        "answers it: auto (the default) is the current backend's device for this process (LOCAL_RANK "
+        "under a launcher), an int is that index of the current backend, a name or name:index is "
+        "checked against that backend's availability and device count; cpu and meta pass through.",
+        epilog="Exit codes: 0 ok, 1 SPEC names no device here (the message says what there is), 3 a "
+        "configuration or plugin error.",
+    )
     p.add_argument("spec", nargs="?", default=None, help="device spec; default: auto")
     p.add_argument("--backend", help="resolve on this backend instead of the current one")
     p.add_argument("--json", action="store_true", help="machine-readable output")

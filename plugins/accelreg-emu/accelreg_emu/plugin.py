@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pluggy
 
-from ._config import COLLECTIVES, PRIORITIES, VISIBLE_VARS, EmuConfigError, read_config
+from ._config import COLLECTIVES, PRIORITIES, VISIBLE_VARS, EmuConfigError, host_memory, read_config
 
 try:
     from accelreg.types import Availability, BackendSpec, MemoryInfo
@@ -78,7 +78,18 @@ def _hpu_device(index: int):
 
 
 def _device_name(index: int) -> str:
-    return f"accelreg-emu {_name().upper()} {index} (emulated on the host)"
+    """``accelreg-emu NPU 0 (emulated on the host)``; it says so when the devices were given more
+    memory (``ACCELREG_EMU_MEMORY``) than the host has."""
+    where = "emulated on the host"
+    try:
+        cfg = read_config()
+    except EmuConfigError:
+        cfg = None
+    host = host_memory()
+    if cfg is not None and host and cfg.oversubscribed(host):
+        total = sum(cfg.physical_capacities) / (1 << 30)
+        where += f"; oversubscribed: {total:.1f} GiB emulated on {host / (1 << 30):.1f} GiB of RAM"
+    return f"accelreg-emu {_name().upper()} {index} ({where})"
 
 
 def _versions() -> dict[str, str]:
