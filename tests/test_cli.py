@@ -83,7 +83,8 @@ def test_bad_env_variable_exit_code(capsys, monkeypatch):
         ("auto", 0, "cpu"),
         ("0", 1, "no accelerator"),
         ("npu:1", 1, "torch_npu is not installed"),
-        ("CPU", 1, "lower case"),
+        ("CPU", 2, "lower case"),  # not a device spec: bad input
+        ("npu:x", 2, "npu:x"),
     ],
 )
 def test_resolve_command(capsys, spec, code, text):
