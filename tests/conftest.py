@@ -143,7 +143,12 @@ def _build_the_emulator() -> None:
     missing = [v for v in VARIANTS if not library_path(v).exists()]
     if missing:
         print(f"accelreg-emu: building {', '.join(missing)} before the tests", file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, "-m", "accelreg_emu", "build", *missing], check=True, timeout=1800)
+        subprocess.run(
+            [sys.executable, "-m", "accelreg_emu", "build", *missing],
+            check=True,
+            timeout=1800,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,9 @@
-"""Run a code snippet in a fresh interpreter with a chosen emulated backend.
+"""Run a script in a fresh interpreter with a chosen emulated backend.
 
 PrivateUse1 can be renamed once per process, so every backend name needs its own process.
 Test code runs in such a process through the ``accelreg_emu`` marker (docs/testing.md); this
-is for the snippets that are themselves under test (what a fresh interpreter imports or prints).
+is for a script that needs a process of its own per run (a hash seed is fixed when an
+interpreter starts).
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Mapping
 
-__all__ = ["EMU_VARS", "emu_env", "run_code"]
+__all__ = ["EMU_VARS", "emu_env", "run_file"]
 
 #: Variables the emulator reads; cleared from the parent environment before each run so an
 #: outer setting never leaks into a test.
@@ -52,31 +52,27 @@ def emu_env(
     return env
 
 
-def run_code(
-    code: str,
+def run_file(
+    path: str | os.PathLike[str],
+    *args: str,
     name: str | None = "npu",
-    *,
     devices: int | None = None,
     memory: str | None = None,
     extra_env: Mapping[str, str] | None = None,
     timeout: float = 300,
-    check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in ``python -c`` with the emulator set to ``name``.
-
-    With ``check`` (default), a non-zero exit raises :class:`AssertionError` carrying the
-    exit code, stdout and stderr.
-    """
+    """Run the script at ``path`` with ``args`` in a fresh interpreter with the emulator set to
+    ``name``; a non-zero exit raises :class:`AssertionError` with the process's output."""
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, os.fspath(path), *args],
         env=emu_env(name, devices=devices, memory=memory, extra=extra_env),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
-    if check and proc.returncode != 0:
+    if proc.returncode != 0:
         raise AssertionError(
-            f"subprocess (ACCELREG_EMU_NAME={name}) exited {proc.returncode}\n"
+            f"{path} (ACCELREG_EMU_NAME={name}) exited {proc.returncode}\n"
             f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
         )
     return proc
