@@ -182,6 +182,7 @@ def matrix(session: nox.Session, release_set: str) -> None:
             "-m",
             "pytest",
             *tests,
+            "--full",  # the slow group too: DeepSpeed's ZeRO runs, the seeds, Lightning, Ray
             "-q",
             "-p",
             "no:cacheprovider",

@@ -51,6 +51,8 @@ from accelreg.integrations import accelerate as ar_accelerate
 from accelreg.integrations import peft as ar_peft
 from accelreg.integrations import transformers as ar_transformers
 
+from .._matrix import emu_names
+
 pytestmark = pytest.mark.emu
 
 LIBS = ("transformers", "accelerate", "peft")
@@ -275,10 +277,9 @@ class Seed002:
         return model
 
 
-SEED_002_BACKENDS = [
-    pytest.param(name, marks=pytest.mark.accelreg_emu(name=name, devices=2))
-    for name in ("npu", "mlu", "musa")
-]
+SEED_002_BACKENDS = emu_names(
+    ("npu", "mlu", "musa"), lambda name: pytest.mark.accelreg_emu(name=name, devices=2)
+)
 
 
 @pytest.fixture(scope="module", params=SEED_002_BACKENDS)
