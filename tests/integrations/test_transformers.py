@@ -21,7 +21,7 @@ import accelreg
 import accelreg.integrations as integrations
 from accelreg import DeviceError, DeviceMapError, importwatch
 from accelreg.errors import IntegrationError, PlacementError
-from accelreg.integrations import _seams
+from accelreg.integrations import seams as _seams
 
 from .._fakes import plugin, spec
 from ._support import (
