@@ -39,7 +39,14 @@ def test_a_process_outside_a_job_loads_nothing_of_accelreg() -> None:
     assert run_python(_MODULES, name=None).value == []
 
 
-@pytest.mark.parametrize("env", [{"ACCELREG_RUN": "1"}, {"ACCELREG_AUTO_INSTALL": "1"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({"ACCELREG_RUN": "1"}, id="run"),
+        # the same hook, armed by the other switch (test_startup_safety.py checks the switches)
+        pytest.param({"ACCELREG_AUTO_INSTALL": "1"}, id="auto_install", marks=pytest.mark.slow),
+    ],
+)
 def test_a_job_process_waits_cheaply_then_installs_on_the_first_host_import(env: dict[str, str]) -> None:
     code = _MODULES + "\nimport peft\n" + _ENABLED
     lines = run_python(code, name=None, env=env).stdout.splitlines()
@@ -151,10 +158,10 @@ def _accelreg_run(*args: str, timeout: float = 120) -> subprocess.CompletedProce
 
 
 def test_accelreg_run_needs_no_devices_and_marks_the_job() -> None:
-    code = "import os, peft, json\n" + _ENABLED.replace("print(", "print(os.environ['ACCELREG_RUN'], ")
+    code = "import os, accelerate, json\n" + _ENABLED.replace("print(", "print(os.environ['ACCELREG_RUN'], ")
     proc = _accelreg_run("--", sys.executable, "-c", code)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("1 ") and json.loads(proc.stdout[2:])["peft"] is True
+    assert proc.stdout.startswith("1 ") and json.loads(proc.stdout[2:])["accelerate"] is True
 
 
 def test_accelreg_run_forwards_the_exit_status_and_signals() -> None:
