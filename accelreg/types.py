@@ -119,6 +119,14 @@ class BackendSpec:
             choice. accelreg's Ray integration offers the backend's devices to Ray under it
             (docs/scaling.md). Letters, digits and ``_``; not one of Ray's own non-accelerator
             resources (``CPU``, ``memory``, ``object_store_memory``).
+        vllm_platform: The vLLM platform that serves this backend, or several tried in order
+            (the first that vLLM finds active here): the name of one of vLLM's own platforms
+            (``"cuda"``, ``"rocm"``, ``"xpu"``, ``"tpu"``, ``"cpu"``), the entry-point name of a
+            platform plugin in vLLM's ``vllm.platform_plugins`` group (``"ascend"`` for vllm-ascend,
+            ``"hpu"`` for vllm-gaudi), a platform class path (``"vllm_acme.platform.AcmePlatform"``),
+            or ``"registry"``. ``None``: accelreg's registry platform serves it (vLLM on the
+            backend's devices with torch's own operators; docs/integrations.md, "vLLM"). The
+            registry keeps it as a tuple of names.
     """
 
     name: str
@@ -139,6 +147,7 @@ class BackendSpec:
     versions: Callable[[], Mapping[str, str]] | None = None
     device_name: Callable[[int], str] | None = None
     ray_resource: str | None = None
+    vllm_platform: str | tuple[str, ...] | None = None
 
     @property
     def torch_type(self) -> str:

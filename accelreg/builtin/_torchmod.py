@@ -144,6 +144,7 @@ def torch_module_backend(
     presence: Callable[[], str | None] | None = None,
     runtime_versions: Callable[[], Mapping[str, str]] | None = None,
     ray_resource: str | None = None,
+    vllm_platform: str | tuple[str, ...] | None = None,
 ) -> BackendSpec:
     """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``.
 
@@ -170,4 +171,5 @@ def torch_module_backend(
         versions=partial(_versions, package, runtime_versions),
         device_name=partial(_device_name, attr, package),
         ray_resource=ray_resource,
+        vllm_platform=vllm_platform,
     )

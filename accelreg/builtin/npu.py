@@ -15,5 +15,6 @@ def accelreg_backends():
         visible_devices_var="ASCEND_RT_VISIBLE_DEVICES",
         dist_backend="hccl",
         ray_resource="NPU",  # Ray's own name (Ray's NPU manager counts /dev/davinci*)
+        vllm_platform="ascend",  # vllm-ascend's platform plugin (entry point ascend = vllm_ascend:register)
         description="Huawei Ascend NPU (torch_npu)",
     )

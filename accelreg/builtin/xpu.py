@@ -49,5 +49,6 @@ def accelreg_backends():
         dist_backend="xccl",
         runtime_versions=_versions,
         ray_resource="GPU",  # Ray's own name (Ray's Intel GPU manager)
+        vllm_platform="xpu",  # vLLM's own
         description="Intel GPU (torch.xpu)",
     )
