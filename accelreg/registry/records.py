@@ -108,7 +108,9 @@ def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
 
 
 #: A vLLM platform's name (an entry-point name or one of vLLM's own) or a class path.
-_VLLM_PLATFORM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){1,15}")
+_VLLM_PLATFORM = re.compile(
+    r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){1,15}"
+)
 
 
 def _vllm_platforms(value: Any, name: str) -> tuple[str, ...] | None:
@@ -117,7 +119,9 @@ def _vllm_platforms(value: Any, name: str) -> tuple[str, ...] | None:
         return None
     names = (value,) if isinstance(value, str) else value
     if not isinstance(names, (tuple, list)) or not 1 <= len(names) <= 8:
-        raise Nonsense(f"vllm_platform of {name!r} must be a name or a tuple of 1-8 names, got {safe_repr(value)}")
+        raise Nonsense(
+            f"vllm_platform of {name!r} must be a name or a tuple of 1-8 names, got {safe_repr(value)}"
+        )
     for item in names:
         if not isinstance(item, str) or not _VLLM_PLATFORM.fullmatch(item):
             raise Nonsense(

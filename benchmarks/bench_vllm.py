@@ -1,0 +1,138 @@
+"""vLLM tokens per second: stock against ``accelreg run`` on vLLM's CPU platform (issue 30, goal:
+at most 2 % slower), and accelreg's registry platform on the emulated npu (reported).
+
+    python benchmarks/bench_vllm.py --rounds 3        # needs vLLM: PYTHONPATH=<the vllm layer>
+
+Each round runs every arm once, in a rotating order (machine noise hits all alike), each in fresh
+processes: the script of the vLLM tests (``tests/vllm/_generate.py``, no accelreg line in it)
+starts an engine for the tiny Llama, generates ``--repeat`` times (greedy, ``--prompts`` prompts
+of ``--max-tokens`` tokens each; the first generation warms up and is not counted) and reports
+the seconds of each. Tokens per second of a run is its median generation; an arm's figure is the
+median over rounds. The arms:
+
+* ``stock (cpu)`` — ``python _generate.py``: vLLM chooses its CPU platform itself;
+* ``accelreg run (cpu)`` — ``accelreg run -- python _generate.py``: every process of the engine
+  asks the registry, which chooses vLLM's own CPU platform (no accelerator here);
+* ``accelreg run (emulated npu)`` — the same with the emulated npu: the registry platform, the
+  model on ``npu:0`` of the emulator (every operator through its host fallback).
+
+Start-up (building the engine) is reported too. Every arm's tokens must equal stock's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tests" / "vllm" / "_generate.py"
+sys.path.insert(0, str(SCRIPT.parent))
+from _generate import MARK, build  # noqa: E402 - the tests' script, by path
+
+TARGET = 0.02
+
+
+def _environ(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELREG_") or k == "ACCELREG_EMU_CACHE"}
+    env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, **extra)
+    return env
+
+
+def _arms(model: str, args: argparse.Namespace) -> dict[str, tuple[list[str], dict[str, str]]]:
+    script = [
+        sys.executable,
+        str(SCRIPT),
+        model,
+        "--prompts",
+        str(args.prompts),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--repeat",
+        str(args.repeat + 1),
+    ]
+    run = [sys.executable, "-m", "accelreg", "run", "--", *script]
+    return {
+        "stock (cpu)": (script, _environ()),
+        "accelreg run (cpu)": (run, _environ()),
+        "accelreg run (emulated npu)": (run, _environ(ACCELREG_EMU_NAME="npu", ACCELREG_EMU_DEVICES="2")),
+    }
+
+
+def _once(argv: list[str], env: dict[str, str]) -> dict:
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith(MARK)), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(
+            f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
+    return json.loads(line[len(MARK) :])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=3, help="timed generations per run (after one warm-up)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = str(Path(tmp) / "tiny-llama")
+        build(model)
+        arms = _arms(model, args)
+        rates: dict[str, list[float]] = {name: [] for name in arms}
+        startups: dict[str, list[float]] = {name: [] for name in arms}
+        tokens: dict[str, list] = {}
+        names = list(arms)
+        for r in range(args.rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                got = _once(*arms[name])
+                timed = got["seconds"][1:]
+                rates[name].append(got["generated"] / statistics.median(timed))
+                startups[name].append(got["startup"])
+                tokens.setdefault(name, got["tokens"])
+                print(f"round {r + 1} {name}: {rates[name][-1]:.1f} tokens/s", file=sys.stderr, flush=True)
+    result = {
+        "load_before": load,
+        "load_after": os.getloadavg(),
+        "arms": {
+            name: {
+                "tokens_per_s": statistics.median(rates[name]),
+                "runs": rates[name],
+                "startup_s": statistics.median(startups[name]),
+                "same_tokens_as_stock": tokens[name] == tokens["stock (cpu)"],
+            }
+            for name in arms
+        },
+    }
+    stock = result["arms"]["stock (cpu)"]["tokens_per_s"]
+    run = result["arms"]["accelreg run (cpu)"]["tokens_per_s"]
+    result["accelreg_run_slower"] = 1 - run / stock
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(
+        f"tokens/s, median of {args.rounds} rounds ({args.prompts} prompts x {args.max_tokens} tokens, greedy):"
+    )
+    print("| arm | tokens/s | runs | engine start-up (s) | tokens equal stock's |")
+    print("| --- | ---: | --- | ---: | --- |")
+    for name, arm in result["arms"].items():
+        runs = ", ".join(f"{x:.0f}" for x in arm["runs"])
+        same = "yes" if arm["same_tokens_as_stock"] else "NO"
+        print(f"| {name} | {arm['tokens_per_s']:.1f} | {runs} | {arm['startup_s']:.1f} | {same} |")
+    verdict = "within" if result["accelreg_run_slower"] <= TARGET else "OVER"
+    print(
+        f"accelreg run vs stock on the CPU platform: {result['accelreg_run_slower']:+.1%} ({verdict} the 2 % goal)"
+    )
+    print(f"load average before/after: {load[0]:.2f} / {result['load_after'][0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
