@@ -78,6 +78,7 @@ GROUP = "vllm.platform_plugins"
 ENV_PLATFORM = "ACCELREG_VLLM_PLATFORM"
 #: The name of accelreg's registry platform (in ``accelreg env`` and :data:`ENV_PLATFORM`).
 REGISTRY = "registry"
+_NAMES_REGISTRY = "names accelreg's registry platform"
 #: What vLLM instantiates for the registry platform (a factory bound to the chosen backend).
 _REGISTRY_FACTORY = "accelreg.integrations.vllm_platform.platform"
 #: The start-up hook's opt-in (:mod:`accelreg.launch.startup`, a layer above), set for the
@@ -277,14 +278,9 @@ def _choose() -> Choice:
     names, who = _declared(b)
     reason = _reason(snap, b)
     if not names or names == (REGISTRY,):
-        what = "declares no vLLM platform of its own" if not names else f"is served by it ({who})"
-        made = Choice(
-            b.name,
-            REGISTRY,
-            _REGISTRY_FACTORY,
-            f"{reason}; {who if not names else b.name} {what}: accelreg's registry platform serves it",
-            tuple(seen.values()),
-        )
+        what = "declares no vLLM platform of its own: accelreg's registry platform serves it"
+        why = f"{reason}; {who} {what if not names else _NAMES_REGISTRY}"
+        made = Choice(b.name, REGISTRY, _REGISTRY_FACTORY, why)
     else:
         made = _declared_choice(snap, b, names, who, reason, builtins, plugins, failed, seen)
     _check_others(snap, made, failed)
@@ -360,9 +356,7 @@ def _declared_choice(
     inactive: list[str] = []
     for name in names:
         if name == REGISTRY:
-            return Choice(
-                b.name, REGISTRY, _REGISTRY_FACTORY, f"{reason}; {who} names accelreg's registry platform"
-            )
+            return Choice(b.name, REGISTRY, _REGISTRY_FACTORY, f"{reason}; {who} {_NAMES_REGISTRY}")
         if "." in name:  # a class path
             _importable(name, name, who)
             return Choice(b.name, name, name, f"{reason}; {who} declares the vLLM platform class {name}")

@@ -171,6 +171,7 @@ UNTESTED = {
     "lightning": "2.7.0",
     "lightning_fabric": "2.7.0",
     "pytorch_lightning": "2.7.0",
+    "vllm": "0.33.0",
 }
 
 
