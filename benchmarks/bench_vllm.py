@@ -1,7 +1,8 @@
 """vLLM tokens per second: stock against ``accelreg run`` on vLLM's CPU platform (issue 30, goal:
 at most 2 % slower), and accelreg's registry platform on the emulated npu (reported).
 
-    python benchmarks/bench_vllm.py --rounds 3        # needs vLLM: PYTHONPATH=<the vllm layer>
+    python benchmarks/bench_vllm.py --rounds 5        # needs vLLM: PYTHONPATH=<the vllm layer>
+    python benchmarks/bench_vllm.py --choice-only     # the platform choice alone (seconds)
 
 Each round runs every arm once, in a rotating order (machine noise hits all alike), each in fresh
 processes: the script of the vLLM tests (``tests/vllm/_generate.py``, no accelreg line in it)
@@ -19,6 +20,13 @@ arms:
   model on ``npu:0`` of the emulator (every operator through its host fallback).
 
 Start-up (building the engine) is reported too. Every arm's tokens must equal stock's.
+
+On a shared machine a whole engine's tokens/s swings by tens of percent from run to run, far
+more than the 2 % goal, so the one thing ``accelreg run`` adds to each of the engine's processes
+is timed alone as well, in one process with low noise (``--choice-rounds``): vLLM's own choice of
+platform (``resolve_current_platform_cls_qualname`` as shipped) against accelreg's (the registry
+built from scratch, every platform plugin loaded and asked, the choice made), alternating, median.
+After that choice both run the same platform class, worker and kernels.
 """
 
 from __future__ import annotations
@@ -76,14 +84,49 @@ def _once(argv: list[str], env: dict[str, str]) -> dict:
     return json.loads(line[len(MARK) :])
 
 
+_CHOICE = """
+import json, statistics, sys, time
+import accelreg
+import vllm.platforms as platforms
+from accelreg.integrations import vllm as ar_vllm
+
+stock_fn = platforms.resolve_current_platform_cls_qualname
+stock, ours = [], []
+for _ in range(int(sys.argv[1])):
+    t = time.perf_counter(); stock_fn(); stock.append(time.perf_counter() - t)
+    ar_vllm.disable(); accelreg.reset(); ar_vllm.enable()
+    t = time.perf_counter(); platforms.resolve_current_platform_cls_qualname(); ours.append(time.perf_counter() - t)
+print(json.dumps({"stock_ms": statistics.median(stock) * 1e3, "accelreg_ms": statistics.median(ours) * 1e3}))
+"""
+
+
+def _choice_cost(rounds: int) -> dict[str, float]:
+    """Milliseconds of vLLM's own platform choice and of accelreg's, in one fresh process."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHOICE, str(rounds)],
+        capture_output=True,
+        text=True,
+        env=_environ(),
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"timing the platform choice failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeat", type=int, default=3, help="timed generations per run (after one warm-up)")
+    p.add_argument("--choice-rounds", type=int, default=21, help="timings of the platform choice alone")
+    p.add_argument("--choice-only", action="store_true", help="time the platform choice alone (no engines)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    if args.choice_only:
+        print(json.dumps(_choice_cost(args.choice_rounds)))
+        return
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         model = str(Path(tmp) / "tiny-llama")
@@ -113,6 +156,7 @@ def main() -> None:
             for name in arms
         },
     }
+    result["choice"] = _choice_cost(args.choice_rounds)
     ratios = [
         run / stock for run, stock in zip(rates["accelreg run (cpu)"], rates["stock (cpu)"], strict=True)
     ]
@@ -135,6 +179,11 @@ def main() -> None:
     print(
         f"accelreg run / stock on the CPU platform, paired by round: median {statistics.median(ratios):.3f} "
         f"({paired}): {result['accelreg_run_slower']:+.1%} slower ({verdict} the 2 % goal)"
+    )
+    c = result["choice"]
+    print(
+        f"platform choice per process, median of {args.choice_rounds}: vLLM's own {c['stock_ms']:.2f} ms, "
+        f"accelreg's {c['accelreg_ms']:.2f} ms (registry built, plugins asked)"
     )
     print(f"load average before/after: {load[0]:.2f} / {result['load_after'][0]:.2f}")
 

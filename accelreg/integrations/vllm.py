@@ -530,7 +530,8 @@ INTEGRATION = Integration(
             instead=f"run under `accelreg run`, or set VLLM_PLUGINS / VLLM_TARGET_DEVICE by hand (see {ENV_PLATFORM})",
         )
     ],
-    scan_prefixes=("vllm",),
+    # the function is vLLM's alone (no module imports it by name): its own package is the scan
+    scan_prefixes=("vllm.platforms",),
     on_enable=_on_enable,
     on_disable=_on_disable,
 )
