@@ -44,6 +44,11 @@ def accelreg_backends() -> Iterable[BackendSpec]:
     cheap and without importing what is absent) and ``device_name`` (``(index) -> str``, each
     device's product name) are what ``accelreg env`` and ``accelreg env --report`` show.
 
+    For vLLM, declare the platform that serves your backend (``vllm_platform="acme"``: your
+    vLLM platform plugin's entry-point name, one of vLLM's own, or a class path); declare none
+    and accelreg's registry platform serves it (docs/plugins.md, "What vLLM gets from your
+    plugin").
+
     Returns:
         An iterable of ``BackendSpec``.
 

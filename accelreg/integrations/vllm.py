@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.util
 import inspect
 import os
 import threading
@@ -52,7 +53,7 @@ from ..errors import DeviceError
 from ..registry import Plugin
 from ..registry.containment import describe
 from ..resolution import current_in_use
-from ._seams import Adapter, Integration, IntegrationWarning, Seam, _source_file
+from ._seams import Adapter, Integration, IntegrationWarning, Seam
 
 __all__ = [
     "ENV_PLATFORM",
@@ -188,7 +189,12 @@ def _source(ep: Any) -> str:
 def _builtin_names_static() -> tuple[str, ...]:
     """The names of vLLM's built-in platform probes, read from ``vllm/platforms/__init__.py``
     without importing it (``builtin_platform_plugins``); empty when it cannot be read."""
-    path = _source_file("vllm.platforms", None)
+    try:
+        spec = importlib.util.find_spec("vllm")  # a top-level name: located, not imported
+    except (ImportError, ValueError):
+        return ()
+    bases = (spec.submodule_search_locations or ()) if spec is not None else ()
+    path = next((p for b in bases if os.path.isfile(p := os.path.join(b, "platforms", "__init__.py"))), None)
     if path is None:
         return ()
     try:
