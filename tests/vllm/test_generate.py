@@ -2,10 +2,11 @@
 under ``accelreg run`` (no accelreg line in the script) on the cpu and on the emulated npu, and
 after ``accelreg.install()`` with tensor parallelism over the emulated collectives.
 
-Each test starts a vLLM engine in fresh processes (the script spawns vLLM's engine core and its
-workers, and each of them chooses its platform): about half a minute to two minutes each on two
-cores, so the group is ``slow`` and kept small. The reference is stock vLLM on its CPU platform,
-in one process. They need vLLM: ``nox -s vllm`` runs them in its layer; elsewhere they skip.
+Each test reads a vLLM engine's run in fresh processes (the script spawns vLLM's engine core and
+its workers, and each of them chooses its platform); the four runs start together when the module
+starts (two to three minutes on two cores), so the group is ``slow`` and kept small. The
+reference is stock vLLM on its CPU platform, in one process. They need vLLM: ``nox -s vllm`` runs
+them in its layer; elsewhere they skip.
 """
 
 from __future__ import annotations
@@ -40,24 +41,56 @@ def model(tmp_path_factory) -> str:
     return path
 
 
-def generate(model: str, env: dict[str, str], *args: str, run: bool = False) -> dict:
-    """Run the script (under ``accelreg run`` with ``run``) and return its JSON line."""
-    command = [sys.executable, SCRIPT, model, *args]
-    if run:
-        command = [sys.executable, "-m", "accelreg", "run", "--", *command]
-    proc = subprocess.run(command, capture_output=True, text=True, env={**env, **_ENV}, timeout=900)
-    assert proc.returncode == 0, (
-        f"{' '.join(command)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith(MARK)), None)
-    assert line is not None, f"no result line\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(line[len(MARK) :])
+#: The runs, by name: (the script's arguments, the environment, under ``accelreg run``). Stock
+#: vLLM runs its engine core in the script's process; the others spawn theirs, as users' do.
+RUNS = {
+    "stock": ((), clean_environ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}), False),
+    "cpu": ((), clean_environ(), True),
+    "npu": ((), emu_environ("npu", 2), True),
+    "npu-tp2": (("--tp", "2", "--install"), emu_environ("npu", 2, VLLM_ENABLE_V1_MULTIPROCESSING="0"), False),
+}
 
 
 @pytest.fixture(scope="module")
-def stock(model) -> dict:
-    """Stock vLLM on its CPU platform (no accelreg anywhere), engine core in this process."""
-    return generate(model, clean_environ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}))
+def runs(model, emu_built):
+    """Every run started at once when the module starts (each is mostly single-threaded
+    imports: two cores run two at a time), its result read when a test asks for it."""
+    procs = {}
+    for name, (args, env, run) in RUNS.items():
+        command = [sys.executable, SCRIPT, model, *args]
+        if run:
+            command = [sys.executable, "-m", "accelreg", "run", "--", *command]
+        procs[name] = (
+            command,
+            subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, **_ENV}
+            ),
+        )
+    results = {}
+
+    def result(name: str) -> dict:
+        if name not in results:
+            command, proc = procs[name]
+            out, err = proc.communicate(timeout=900)
+            assert proc.returncode == 0, (
+                f"{' '.join(command)} exited {proc.returncode}\n{out[-3000:]}\n{err[-6000:]}"
+            )
+            line = next((x for x in out.splitlines() if x.startswith(MARK)), None)
+            assert line is not None, f"no result line\n{out[-3000:]}\n{err[-3000:]}"
+            results[name] = json.loads(line[len(MARK) :])
+        return results[name]
+
+    yield result
+    for _, proc in procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def stock(runs) -> dict:
+    """Stock vLLM on its CPU platform (no accelreg anywhere), engine core in the script's process."""
+    return runs("stock")
 
 
 def test_stock_vllm_runs_on_its_cpu_platform(stock):
@@ -65,28 +98,28 @@ def test_stock_vllm_runs_on_its_cpu_platform(stock):
     assert [len(t) for t in stock["tokens"]] == [8, 8, 8, 8]
 
 
-def test_under_accelreg_run_on_the_cpu_the_tokens_are_stocks(model, stock):
+def test_under_accelreg_run_on_the_cpu_the_tokens_are_stocks(runs, stock):
     """Every process of the engine (this script, the engine core, its worker) asks the
     registry; with no accelerator it chooses vLLM's own CPU platform, and nothing changes."""
-    got = generate(model, clean_environ(), run=True)
+    got = runs("cpu")
     assert got["platform"] == "CpuPlatform" and got["workers"] == [["CpuPlatform", "cpu"]]
     assert got["tokens"] == stock["tokens"]
 
 
-def test_under_accelreg_run_on_the_emulated_npu_the_tokens_are_stocks(model, stock, emu_built):
+def test_under_accelreg_run_on_the_emulated_npu_the_tokens_are_stocks(runs, stock):
     """The emulated npu has no vLLM platform of its own: the registry platform serves it, in
     the script's process and in the spawned engine core, on npu:0."""
-    got = generate(model, emu_environ("npu", 2), run=True)
+    got = runs("npu")
     assert got["platform"] == "RegistryNpuPlatform"
     assert got["workers"] == [["RegistryNpuPlatform", "npu:0"]]
     assert got["tokens"] == stock["tokens"]
 
 
-def test_install_with_tensor_parallel_2_over_the_emulated_collectives(model, stock, emu_built):
+def test_install_with_tensor_parallel_2_over_the_emulated_collectives(runs, stock):
     """``accelreg.install()`` in the script (no ``accelreg run``): the two spawned workers
     choose the registry platform too (the integration arms them), each on its own npu, and
     their all-reduces run on the emulator's collectives (``hccl`` under ``npu``)."""
-    got = generate(model, emu_environ("npu", 2, VLLM_ENABLE_V1_MULTIPROCESSING="0"), "--tp", "2", "--install")
+    got = runs("npu-tp2")
     assert got["platform"] == "RegistryNpuPlatform"
     assert got["workers"] == [["RegistryNpuPlatform", "npu:0"], ["RegistryNpuPlatform", "npu:1"]]
     assert got["tokens"] == stock["tokens"]
