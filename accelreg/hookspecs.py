@@ -52,6 +52,10 @@ def accelreg_backends() -> Iterable[BackendSpec]:
     creates, your PCI vendor id), declare it as ``hardware=HardwareSignature(...)``: on a
     machine that has the hardware but not your package, ``accelreg env`` names it and says
     what to install. It is data (accelreg looks, nothing is imported) and only reports.
+    For vLLM, declare the platform that serves your backend (``vllm_platform="acme"``: your
+    vLLM platform plugin's entry-point name, one of vLLM's own, or a class path); declare none
+    and accelreg's registry platform serves it (docs/plugins.md, "What vLLM gets from your
+    plugin").
 
     Returns:
         An iterable of ``BackendSpec``.

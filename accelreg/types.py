@@ -165,6 +165,14 @@ class BackendSpec:
             its runtime (device nodes, PCI vendor ids, driver files), so that ``accelreg env``
             names hardware that is present while the runtime or plugin that would use it is
             missing, with what to install. ``None``: the hardware cannot be seen that way.
+        vllm_platform: The vLLM platform that serves this backend, or several tried in order
+            (the first that vLLM finds active here): the name of one of vLLM's own platforms
+            (``"cuda"``, ``"rocm"``, ``"xpu"``, ``"tpu"``, ``"cpu"``), the entry-point name of a
+            platform plugin in vLLM's ``vllm.platform_plugins`` group (``"ascend"`` for vllm-ascend,
+            ``"hpu"`` for vllm-gaudi), a platform class path (``"vllm_acme.platform.AcmePlatform"``),
+            or ``"registry"``. ``None``: accelreg's registry platform serves it (vLLM on the
+            backend's devices with torch's own operators; docs/integrations.md, "vLLM"). The
+            registry keeps it as a tuple of names.
     """
 
     name: str
@@ -187,6 +195,7 @@ class BackendSpec:
     ray_resource: str | None = None
     gres: tuple[str, ...] | None = None
     hardware: HardwareSignature | None = None
+    vllm_platform: str | tuple[str, ...] | None = None
 
     @property
     def torch_type(self) -> str:

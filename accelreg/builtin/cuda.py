@@ -87,6 +87,7 @@ def accelreg_backends():
         dist_backend="nccl",
         ray_resource="GPU",  # Ray's own name (Ray detects NVIDIA and AMD GPUs itself)
         gres=("gpu",),  # Slurm's own type (Slurm sets CUDA_VISIBLE_DEVICES itself)
+        vllm_platform=("cuda", "rocm"),  # vLLM's own, whichever it finds (torch.cuda is ROCm on AMD)
         presence=_driver_loaded,
         runtime_versions=_versions,
         hardware=HARDWARE,

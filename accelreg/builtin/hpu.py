@@ -33,5 +33,6 @@ def accelreg_backends():
             device_nodes=("/dev/hl[0-9]*",),  # the habanalabs kernel driver's
             pci_vendors=("0x1da3",),  # Habana Labs: every device is an accelerator
         ),
+        vllm_platform="hpu",  # vllm-gaudi's platform plugin (entry point hpu = vllm_gaudi:register)
         description="Intel Gaudi HPU (habana_frameworks.torch)",
     )

@@ -23,5 +23,6 @@ def accelreg_backends():
             pci_vendors=("0x19e5",),  # Huawei; 0x12: processing accelerators (not its NICs)
             pci_classes=("0x12",),
         ),
+        vllm_platform="ascend",  # vllm-ascend's platform plugin (entry point ascend = vllm_ascend:register)
         description="Huawei Ascend NPU (torch_npu)",
     )

@@ -4,7 +4,8 @@ The host (OS, Python, CPU, RAM), the libraries (numpy, transformers, accelerate,
 configuration files read, every backend (why it is (un)available, its runtime's and driver's
 versions as its plugin reports them), hardware that is here while its runtime or plugin is
 missing (and what to install), each device (name, total and free memory), what ``resolve()``
-picks, the integrations, plugin failures and warnings. ``--json`` prints the data
+picks, the integrations, vLLM's platform (the one it would run on, and every platform plugin
+seen), plugin failures and warnings. ``--json`` prints the data
 (``accelreg/schemas/env.schema.json``); ``--report`` prints a Markdown block of at most 100
 columns to paste into a bug report.
 """
@@ -25,6 +26,7 @@ from .. import registry
 from ..errors import AccelregError
 from ..integrations import status as integration_status
 from ..integrations import table as integration_table
+from ..integrations.vllm import report as vllm_report
 from ..launch import slurm
 from ..registry.hardware import seen as hardware_seen
 from ..resolution import resolve_in
@@ -148,6 +150,7 @@ def env_report(*, hardware_root: str = "/") -> dict[str, Any]:
         "integration_failures": [f.as_dict() for f in integration_table.failures()],
         "slurm": slurm.report(snap.environ),
         "hardware": _hardware(snap, hardware_root),
+        "vllm": vllm_report(),
     }
 
 
@@ -364,6 +367,25 @@ def _integration_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
     return out
 
 
+def _vllm_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(indent, text)`` lines of the vLLM section: its version, the platform it would run on
+    and why, and every platform plugin seen; none when vLLM is not installed."""
+    v = report.get("vllm") or {}
+    if not v.get("version"):
+        return []
+    out = [(0, f"vLLM {v['version']} ({v['distribution']}): {v['scope']}")]
+    platform = v.get("platform")
+    if platform:
+        cls = f" ({platform['class']})" if platform.get("class") else ""
+        out.append((1, f"platform: {platform['platform']}{cls} for backend {platform['backend']}"))
+        out.append((1, f"why: {platform['why']}"))
+    if v.get("error"):
+        out.append((1, f"error: {v['error']}"))
+    for p in v.get("plugins") or ():
+        out.append((1, f"plugin {p['name']} ({p['source']}, {p['value']}): {p['state']}"))
+    return out
+
+
 def _shown_warnings(report: dict[str, Any]) -> list[str]:
     """Warnings not already shown as configuration problems."""
     config = report["config"]
@@ -440,6 +462,11 @@ def cmd_env(args: argparse.Namespace) -> int:
         say(f"integrations: {report['integrations_scope']}")
         for indent, line in _integration_lines(report):
             say(("  " if indent == 0 else "      ") + line)
+    vllm_lines = _vllm_lines(report)
+    if vllm_lines:
+        say()
+        for indent, line in vllm_lines:
+            say(("  " * indent) + line)
     if report["skipped"]:
         say()
         say("skipped plugins:")
@@ -553,6 +580,11 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
         out += ["", "**Integrations**", ""]
         out += _bullet(f"scope: {report['integrations_scope']}", width)
         for indent, line in _integration_lines(report):
+            out += _bullet(line, width, indent)
+    vllm_lines = _vllm_lines(report)
+    if vllm_lines:
+        out += ["", "**vLLM**", ""]
+        for indent, line in vllm_lines:
             out += _bullet(line, width, indent)
     for title, items in (
         ("Skipped plugins", [f"{i['plugin']} ({i['distribution'] or 'unknown distribution'}): {i['why']}" for i in report["skipped"]]),

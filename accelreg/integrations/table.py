@@ -73,6 +73,9 @@ BUILTIN: dict[str, str] = {
     "lightning": "lightning",
     "lightning_fabric": "lightning_fabric",
     "pytorch_lightning": "pytorch_lightning",
+    # vLLM chooses its platform once per process, when ``vllm.platforms`` is first asked for it:
+    # the seam must be in place as that module finishes loading (vllm/__init__ does not import it).
+    "vllm": "vllm.platforms",
 }
 
 

@@ -92,6 +92,8 @@ def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
         if not isinstance(value, str) or not pattern.fullmatch(value):
             raise Nonsense(f"{field_name} {safe_repr(value)} of {name!r} is not {what}")
         values[field_name] = str.__str__(value)
+    if "vllm_platform" in values:
+        values["vllm_platform"] = _vllm_platforms(values["vllm_platform"], name)
     if values.get("ray_resource") in RAY_RESERVED:
         raise Nonsense(f"ray_resource {values['ray_resource']!r} of {name!r} is one of Ray's own resources")
     if "gres" in values:  # a field of a later accelreg on this version
@@ -187,6 +189,29 @@ _WHAT = {
     "pci_vendors": "PCI vendor ids such as '0x19e5'",
     "pci_classes": "PCI class prefixes such as '0x12' or '0x0302'",
 }
+
+
+#: A vLLM platform's name (an entry-point name or one of vLLM's own) or a class path.
+_VLLM_PLATFORM = re.compile(
+    r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){1,15}"
+)
+
+
+def _vllm_platforms(value: Any, name: str) -> tuple[str, ...] | None:
+    """``vllm_platform`` as the registry keeps it: ``None``, or a tuple of 1-8 names."""
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)) or not 1 <= len(names) <= 8:
+        raise Nonsense(
+            f"vllm_platform of {name!r} must be a name or a tuple of 1-8 names, got {safe_repr(value)}"
+        )
+    for item in names:
+        if not isinstance(item, str) or not _VLLM_PLATFORM.fullmatch(item):
+            raise Nonsense(
+                f"vllm_platform {safe_repr(item)} of {name!r} is not a vLLM platform name or a platform class path"
+            )
+    return tuple(str.__str__(item) for item in names)
 
 
 # -- placement rules ----------------------------------------------------------------------
