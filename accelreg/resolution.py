@@ -21,7 +21,15 @@ from .registry import Backend, Snapshot
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["check_fallback", "current_in_use", "format_device", "local_rank", "qualify", "resolve"]
+__all__ = [
+    "assigned_ids",
+    "check_fallback",
+    "current_in_use",
+    "format_device",
+    "local_rank",
+    "qualify",
+    "resolve",
+]
 
 #: Answers of the current snapshot: ``spec -> (type(spec), device)``. Replaced, never cleared
 #: in place, so a lookup always sees one snapshot's answers.
@@ -238,16 +246,31 @@ def _auto(snap: Snapshot, b: Backend | None) -> torch.device:
     return _in_range(snap, b, b.current_index())
 
 
+def assigned_ids(var: str, text: str) -> dict[str, str]:
+    """``ACCELREG_DEVICE_ID``'s entries, ``{backend: physical id}``: ``<backend>=<physical id>``,
+    or several of them comma-separated, one per backend (``npu=3,cuda=0``); a malformed value
+    is a :class:`DeviceError`."""
+    out: dict[str, str] = {}
+    for entry in text.split(","):
+        name, sep, ident = entry.strip().partition("=")
+        name, ident = name.strip(), ident.strip()
+        if not sep or not name or not ident or name in out:
+            raise DeviceError(
+                f"{var}={text!r} is not <backend>=<physical device id> (such as npu=3), "
+                "or several of them for different backends, comma-separated"
+            )
+        out[name] = ident
+    return out
+
+
 def _assigned_index(snap: Snapshot, b: Backend) -> int | None:
     """The logical index of the device a scheduler gave this process (``ACCELREG_DEVICE_ID``:
-    ``<backend>=<physical id>``), or ``None`` when it names another backend."""
+    ``<backend>=<physical id>``, one entry per backend), or ``None`` when it names none for
+    this backend."""
     assert snap.device_id is not None
     var, text = snap.device_id
-    name, sep, ident = text.strip().partition("=")
-    name, ident = name.strip(), ident.strip()
-    if not sep or not name or not ident:
-        raise DeviceError(f"{var}={text!r} is not <backend>=<physical device id> (such as npu=3)")
-    if name != b.name:
+    ident = assigned_ids(var, text).get(b.name)
+    if ident is None:
         return None
     visible = b.probe().visible
     mask = b.spec.visible_devices_var or "its visible-devices variable"

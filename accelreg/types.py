@@ -19,6 +19,7 @@ __all__ = [
     "Availability",
     "BackendInfo",
     "BackendSpec",
+    "HardwareSignature",
     "MemoryInfo",
     "PlacementRule",
     "PluginFailure",
@@ -57,6 +58,39 @@ class MemoryInfo:
 
     free: int
     total: int
+
+
+@dataclass(frozen=True)
+class HardwareSignature:
+    """How to see a backend's hardware on a machine whose runtime (or plugin) is missing.
+
+    Data, not code: accelreg itself looks for the device nodes, files and PCI devices it names,
+    under a root folder (``"/"``; tests pass a temporary one), without importing anything and
+    without a probe thread. ``accelreg env`` asks it only for a backend that is unavailable,
+    and names the hardware it finds with :attr:`install`. It never changes what ``resolve()``
+    answers (that is :attr:`BackendSpec.presence`'s and ``runtime_package``'s job).
+
+    Attributes:
+        what: The hardware in words, as ``accelreg env`` names it (``"Huawei Ascend NPU"``).
+        install: What to install to use it (``"torch_npu (pip install torch-npu) with Ascend's
+            CANN toolkit"``).
+        device_nodes: Absolute glob patterns of device nodes its kernel driver creates
+            (``"/dev/davinci[0-9]*"``): seen when the driver is loaded.
+        files: Absolute paths (or glob patterns) of files its driver creates
+            (``"/proc/driver/nvidia/version"``).
+        pci_vendors: PCI vendor ids (``"0x19e5"``), read from
+            ``/sys/bus/pci/devices/*/vendor``: seen with or without a driver.
+        pci_classes: PCI class code prefixes (``"0x12"``: processing accelerators, ``"0x0302"``:
+            3D controllers) a device of :attr:`pci_vendors` must have to count; empty counts
+            every device of those vendors.
+    """
+
+    what: str
+    install: str = ""
+    device_nodes: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    pci_vendors: tuple[str, ...] = ()
+    pci_classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,6 +153,26 @@ class BackendSpec:
             choice. accelreg's Ray integration offers the backend's devices to Ray under it
             (docs/scaling.md). Letters, digits and ``_``; not one of Ray's own non-accelerator
             resources (``CPU``, ``memory``, ``object_store_memory``).
+        gres: The Slurm GRES names (generic resource types, ``Gres=npu:8`` in ``slurm.conf``)
+            this backend's devices are declared as on a cluster, in order of preference:
+            ``None`` means the backend name (``("acme",)``); add ``"gpu"`` when sites declare
+            your devices as Slurm's ``gpu`` type (the built-in npu, mlu, musa and sdaa declare
+            ``(name, "gpu")``; cuda and xpu ``("gpu",)``); ``()`` for devices Slurm never hands
+            out. Under ``accelreg run`` in a Slurm task, the devices Slurm allocated of the first
+            name the task has become the backend's visible-devices mask (docs/scaling.md,
+            "Slurm"). Letters, digits and ``_``, at most 8 names.
+        hardware: A :class:`HardwareSignature`: how to see this backend's hardware without
+            its runtime (device nodes, PCI vendor ids, driver files), so that ``accelreg env``
+            names hardware that is present while the runtime or plugin that would use it is
+            missing, with what to install. ``None``: the hardware cannot be seen that way.
+        vllm_platform: The vLLM platform that serves this backend, or several tried in order
+            (the first that vLLM finds active here): the name of one of vLLM's own platforms
+            (``"cuda"``, ``"rocm"``, ``"xpu"``, ``"tpu"``, ``"cpu"``), the entry-point name of a
+            platform plugin in vLLM's ``vllm.platform_plugins`` group (``"ascend"`` for vllm-ascend,
+            ``"hpu"`` for vllm-gaudi), a platform class path (``"vllm_acme.platform.AcmePlatform"``),
+            or ``"registry"``. ``None``: accelreg's registry platform serves it (vLLM on the
+            backend's devices with torch's own operators; docs/integrations.md, "vLLM"). The
+            registry keeps it as a tuple of names.
     """
 
     name: str
@@ -139,6 +193,9 @@ class BackendSpec:
     versions: Callable[[], Mapping[str, str]] | None = None
     device_name: Callable[[int], str] | None = None
     ray_resource: str | None = None
+    gres: tuple[str, ...] | None = None
+    hardware: HardwareSignature | None = None
+    vllm_platform: str | tuple[str, ...] | None = None
 
     @property
     def torch_type(self) -> str:
@@ -150,6 +207,12 @@ class BackendSpec:
         """The Ray resource this backend's devices are offered as: :attr:`ray_resource`, else
         the backend name upper-cased (``"MLU"``)."""
         return self.ray_resource or self.name.upper()
+
+    @property
+    def gres_names(self) -> tuple[str, ...]:
+        """The Slurm GRES names this backend's devices carry: :attr:`gres`, else the backend
+        name alone (``("mlu", "gpu")``, ``("acme",)``)."""
+        return (self.name,) if self.gres is None else tuple(self.gres)
 
 
 @dataclass(frozen=True)

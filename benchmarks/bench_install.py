@@ -34,10 +34,9 @@ CHILD = textwrap.dedent(
     t2 = time.perf_counter()
     out = {"install_s": t1 - t0, "import_s": t2 - t1}
     if mode == "stock":
-        import importlib
-        from accelreg.integrations import INTEGRATIONS
+        from accelreg.integrations import integration
         for name in ("accelerate", "transformers", "peft"):
-            integ = importlib.import_module(INTEGRATIONS[name][0]).INTEGRATION
+            integ = integration(name)
             t = time.perf_counter(); integ.survey(); out[f"survey_{name}_s"] = time.perf_counter() - t
             t = time.perf_counter(); integ.enable(); out[f"enable_{name}_s"] = time.perf_counter() - t
             integ.disable()

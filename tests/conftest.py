@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from accelreg.testing import CHILD_VAR
+
 pytest_plugins = ["pytester"]
 
 #: Test files whose tests share session-scoped helper processes, so that with pytest-xdist they
@@ -33,6 +35,7 @@ _SECONDS_KEY = "accelreg/xdist-scope-seconds"
 DEFAULT_SECONDS = {
     "tests/emu/test_ray.py": 320,
     "tests/deepspeed/test_launcher.py": 135,
+    "tests/slurm/test_cluster.py": 130,
     "tests/emu/test_conformance.py": 130,
     "tests/test_docs.py": 125,
     "tests/emu/test_integrations.py": 125,
@@ -62,6 +65,28 @@ def _scope(nodeid: str) -> str:
 #: Variables pytest-xdist's workers get from their start-up rather than from the session (a
 #: worker finds COLUMNS=80 and LINES=24 set, and accelreg's CLI wraps its tables to COLUMNS).
 _SESSION_VARS = ("COLUMNS", "LINES")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="run every test: also those marked slow (end-to-end runs: clusters, launchers, "
+        "training, every emulated name), which the default run leaves out to stay within five "
+        "minutes on two cores; CI runs them (.ci/run)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default run leaves out the ``slow`` group; ``--full`` keeps it, and so does any ``-m``
+    expression (it chooses for itself: ``-m slow`` runs that group alone). A child the
+    ``accelreg_emu`` marker started runs exactly the tests its parent sent."""
+    if config.getoption("--full") or config.getoption("markexpr") or os.environ.get(CHILD_VAR):
+        return
+    kept = [item for item in items if item.get_closest_marker("slow") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("slow")])
+        items[:] = kept
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -96,6 +121,34 @@ def pytest_configure(config: pytest.Config) -> None:
 
             where = TempPathFactory.from_config(config, _ispytest=True).mktemp(name, numbered=False)
         os.environ[var] = str(where)
+    if not hasattr(config, "workerinput") and not os.environ.get(CHILD_VAR):
+        _build_the_emulator()
+
+
+def _build_the_emulator() -> None:
+    """Build the emulated accelerator once, before any test runs, where its cache lacks it.
+
+    Otherwise the first test to bring the emulator up builds it inside a registry probe, and on a
+    loaded machine the build (about 25 s on two idle cores, minutes under load) outlasts the 60 s
+    probe timeout: the backend is then reported unavailable and the test sees the cpu.
+    """
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("accelreg_emu") is None:
+        return
+    from accelreg_emu.__main__ import VARIANTS
+    from accelreg_emu._build import library_path
+
+    missing = [v for v in VARIANTS if not library_path(v).exists()]
+    if missing:
+        print(f"accelreg-emu: building {', '.join(missing)} before the tests", file=sys.stderr, flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "accelreg_emu", "build", *missing],
+            check=True,
+            timeout=1800,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 @pytest.fixture(autouse=True)

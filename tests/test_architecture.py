@@ -21,7 +21,20 @@ import imports
 #: facade (``accelreg``) imports nothing but the errors at import time and serves the rest lazily,
 #: so it counts as the bottom.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("accelreg", "accelreg._text", "accelreg._warn", "accelreg.errors", "accelreg.types", "accelreg.sizes"),
+    (
+        "accelreg",
+        "accelreg._text",
+        "accelreg._warn",
+        "accelreg.errors",
+        "accelreg.types",
+        "accelreg.sizes",
+        "accelreg.entrypoints",
+        "accelreg.deferred",
+        # imported at interpreter start-up in every job process, by the start-up hook: nothing
+        # of accelreg below them, so the registry, the integrations and launch can all use them
+        "accelreg.flags",
+        "accelreg.importwatch",
+    ),
     ("accelreg.config", "accelreg.hookspecs"),
     ("accelreg.registry", "accelreg.builtin", "accelreg.plugin"),
     ("accelreg.resolution",),
@@ -39,9 +52,23 @@ LAZY_ALLOWED = {
     ("accelreg.launch.job", "accelreg.launch.masks"): (
         "`accelreg run -- CMD` without --devices starts CMD without the registry (paid once per job)"
     ),
-    ("accelreg.integrations", "accelreg.integrations._seams"): (
+    ("accelreg.launch.job", "accelreg.launch.slurm"): (
+        "only a task of a Slurm step (SLURM_STEP_ID set) needs the registry to mask its allocation"
+    ),
+    ("accelreg.launch.startup", "accelreg.launch.slurm_task"): (
+        "outside a Slurm step (SLURM_STEP_ID unset) the start-up hook imports nothing for Slurm"
+    ),
+    ("accelreg.launch.startup", "accelreg.launch.slurm"): (
+        "every Python process under `accelreg run` runs the start-up hook; only the first one of "
+        "a Slurm task whose mask is not set loads the registry"
+    ),
+    ("accelreg.integrations", "accelreg.integrations.seams"): (
         "every Python process under `accelreg run` imports accelreg.integrations at start-up; "
         "the registry (pluggy, the plugins) waits until install() runs"
+    ),
+    ("accelreg.integrations.table", "accelreg.integrations.seams"): (
+        "the start-up hook reads the table's triggers; the integration modules (and the registry "
+        "under them) load when the table's rows are first asked for"
     ),
 }
 
@@ -145,3 +172,28 @@ def test_public_module_names_keep_working(name: str) -> None:
     """Modules that moved into packages keep their public import names."""
     module = importlib.import_module(f"accelreg.{name}")
     assert module.__all__
+
+
+def test_no_module_reaches_into_another_packages_private_names() -> None:
+    """A private (``_name``) module or name belongs to the package of the module that defines it:
+    only modules inside that package use it (``python tools/imports.py`` lists any other use)."""
+    assert GRAPH.private == []
+
+
+def test_the_private_reach_check_can_fail(tmp_path: Path) -> None:
+    package = tmp_path / "accelreg"
+    for folder, files in {
+        "a": {"_inner.py": "def _f():\n    pass\n", "mod.py": "def _g():\n    pass\n"},
+        "b": {},
+    }.items():
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+        for name, text in files.items():
+            (package / folder / name).write_text(text)
+    (package / "__init__.py").write_text("")
+    (package / "b" / "user.py").write_text(
+        "from ..a import _inner\nfrom ..a.mod import _g\nfrom ..a import mod\nmod._g()\n"
+    )
+    (package / "a" / "friend.py").write_text("from . import _inner\nfrom .mod import _g\n")
+    reaches = sorted(target for _, _, target in imports.build(package).private)
+    assert reaches == ["accelreg.a._inner", "accelreg.a.mod._g", "accelreg.a.mod._g"]

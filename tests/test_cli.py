@@ -1,4 +1,6 @@
-"""The accelreg command, run as users run it: a subprocess."""
+"""The accelreg command: one subprocess per command, run as users run it (``env``, ``config``,
+``resolve``; ``plan``'s is tests/test_planner_cli.py's), and the rest in-process through
+``accelreg.cli.main`` (faster, and the same code: issue 31)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import subprocess
 import sys
 
 import pytest
+
+import accelreg
+from accelreg import cli
 
 BUILTINS = ["cuda", "xpu", "npu", "mlu", "musa", "sdaa", "hpu", "mps", "cpu"]
 
@@ -20,8 +25,14 @@ def run(*args, env=None, cwd=None):
     )
 
 
-def test_env_tells_the_truth_on_this_cpu_machine():
-    out = run("env", "--json")
+def in_process(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_env_tells_the_truth_on_this_cpu_machine(capsys):
+    out = run("env", "--json")  # the subprocess smoke test of `env`
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     rows = {b["name"]: b for b in report["backends"]}
@@ -32,23 +43,25 @@ def test_env_tells_the_truth_on_this_cpu_machine():
     assert rows["npu"]["reason"] == "torch_npu is not installed"
     assert "built without CUDA" in rows["cuda"]["reason"]
     assert report["resolve"]["device"] == "cpu"
-    text = run("env")
-    assert text.returncode == 0
+    code, text, _ = in_process(capsys, "env")
+    assert code == 0
     for name in BUILTINS:
-        assert f" {name} " in text.stdout
-    assert "resolve(): cpu" in text.stdout
+        assert f" {name} " in text
+    assert "resolve(): cpu" in text
 
 
-def test_env_shows_visible_mapping():
-    out = run("env", "--json", env={"ASCEND_RT_VISIBLE_DEVICES": "3,1"})
-    npu = {b["name"]: b for b in json.loads(out.stdout)["backends"]}["npu"]
-    assert npu["visible_devices"] == ["3", "1"]
-    assert "[0->3, 1->1]" in run("env", env={"ASCEND_RT_VISIBLE_DEVICES": "3,1"}).stdout
+def test_env_shows_visible_mapping(capsys, monkeypatch):
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "3,1")
+    accelreg.reset()
+    code, out, _ = in_process(capsys, "env", "--json")
+    npu = {b["name"]: b for b in json.loads(out)["backends"]}["npu"]
+    assert code == 0 and npu["visible_devices"] == ["3", "1"]
+    assert "[0->3, 1->1]" in in_process(capsys, "env")[1]
 
 
 def test_config_shows_sources(tmp_path):
     (tmp_path / "accelreg.toml").write_text("priority = ['npu']\n")
-    out = run("config", "--json", env={"ACCELREG_DISABLE": "mlu"}, cwd=tmp_path)
+    out = run("config", "--json", env={"ACCELREG_DISABLE": "mlu"}, cwd=tmp_path)  # `config`'s smoke test
     assert out.returncode == 0, out.stderr
     values = json.loads(out.stdout)["values"]
     assert values["priority"] == {"value": ["npu"], "source": str(tmp_path / "accelreg.toml"), "shadowed": []}
@@ -56,15 +69,11 @@ def test_config_shows_sources(tmp_path):
     assert values["strict"]["source"] == "default"
 
 
-def test_config_exit_code_on_broken_file(tmp_path):
-    (tmp_path / "accelreg.toml").write_text("priority = [\n")
-    out = run("config", cwd=tmp_path)
-    assert out.returncode == 3 and "malformed TOML" in out.stdout
-
-
-def test_bad_env_variable_exit_code():
-    out = run("env", env={"ACCELREG_PRIORITY": "npu,,cuda"})
-    assert out.returncode == 3 and "configuration error" in out.stderr
+def test_bad_env_variable_exit_code(capsys, monkeypatch):
+    monkeypatch.setenv("ACCELREG_PRIORITY", "npu,,cuda")
+    accelreg.reset()
+    code, _, err = in_process(capsys, "env")
+    assert code == cli.EXIT_CONFIG and err.startswith("accelreg: configuration error: ")
 
 
 @pytest.mark.parametrize(
@@ -74,24 +83,30 @@ def test_bad_env_variable_exit_code():
         ("auto", 0, "cpu"),
         ("0", 1, "no accelerator"),
         ("npu:1", 1, "torch_npu is not installed"),
-        ("CPU", 1, "lower case"),
+        ("CPU", 2, "lower case"),  # not a device spec: bad input
+        ("npu:x", 2, "npu:x"),
     ],
 )
-def test_resolve_command(spec, code, text):
-    out = run("resolve", spec)
-    assert out.returncode == code
-    assert text in (out.stdout + out.stderr)
+def test_resolve_command(capsys, spec, code, text):
+    got, out, err = in_process(capsys, "resolve", spec)
+    assert got == code
+    assert text in (out + err)
 
 
-def test_resolve_json():
-    ok = json.loads(run("resolve", "cpu", "--json").stdout)
-    assert ok == {"spec": "cpu", "device": "cpu"}
-    bad = run("resolve", "npu:1", "--json")
-    assert bad.returncode == 1
-    assert json.loads(bad.stdout)["type"] == "DeviceError"
+def test_resolve_json(capsys):
+    ok = run("resolve", "cpu", "--json")  # the subprocess smoke test of `resolve`
+    assert ok.returncode == 0 and json.loads(ok.stdout) == {"spec": "cpu", "device": "cpu"}
+    code, out, _ = in_process(capsys, "resolve", "npu:1", "--json")
+    assert code == 1
+    assert json.loads(out)["type"] == "DeviceError"
 
 
-def test_help_and_usage_error():
-    assert run("--help").returncode == 0
-    assert run().returncode == 2
-    assert run("nonsense").returncode == 2
+def test_help_and_usage_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--help"])
+    assert stop.value.code == 0
+    assert cli.main([]) == 2
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["nonsense"])
+    assert stop.value.code == 2
+    capsys.readouterr()

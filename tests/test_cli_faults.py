@@ -4,12 +4,16 @@ said once. In-process through ``accelreg.cli.main`` (the subprocess path is test
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import warnings
 
 import pytest
 
 import accelreg
 from accelreg import cli
+from accelreg.testing import clean_environ
 
 from ._fakes import plugin, spec
 
@@ -86,3 +90,80 @@ def test_resolve_under_a_launcher_exits_1_past_a_failing_accelerator(monkeypatch
     )
     assert cli.main(["resolve"]) == cli.EXIT_FAILED
     assert "will not put a distributed job on the cpu silently" in capsys.readouterr().err
+
+
+# -- accelreg run speaks the shell's language (issue 29) ---------------------------------------
+def test_run_refuses_malformed_devices_as_a_usage_error_about_devices(launched, capsys):
+    """``--devices a,b`` used to blame the backend's visible-devices variable (which the user
+    never set) and exit 3; an empty or negative id is refused before the registry is loaded."""
+    _two_cuda()
+    for devices in ("a,b", "0,,1", "-1", "", "0, 1 2"):
+        assert cli.main(["run", "--devices", devices, "--", "torchrun", "x.py"]) == cli.EXIT_USAGE, devices
+        err = capsys.readouterr().err
+        assert err.startswith(f"accelreg run: --devices {devices!r}: ") and err.count("\n") == 1, err
+        assert "CUDA_VISIBLE_DEVICES=" not in err
+    assert launched == []
+
+
+def test_run_refuses_a_backend_without_a_mask_as_a_request_that_failed(launched, capsys):
+    assert cli.main(["run", "--backend", "cpu", "--devices", "0", "--", "true"]) == cli.EXIT_FAILED
+    assert "cpu has no visible-devices variable" in capsys.readouterr().err and launched == []
+
+
+def test_run_help_says_the_job_gets_accelreg_run(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    assert "ACCELREG_RUN=1" in " ".join(capsys.readouterr().out.split())
+
+
+_NOT_EXECUTABLE = "#!/usr/bin/env python3\nprint('ran')\n"
+
+
+def test_run_exits_126_for_what_cannot_be_executed_and_127_for_what_is_not_found(tmp_path):
+    """One line each, as a shell says it, instead of a 20-line traceback and status 1. Run in a
+    child (``cli.main`` would become the command if it could start it)."""
+    (tmp_path / "plain.py").write_text(_NOT_EXECUTABLE)  # no execute bit
+    (tmp_path / "noshebang.py").write_text("print('ran')\n")
+    (tmp_path / "noshebang.py").chmod(0o755)
+    (tmp_path / "badinterp.py").write_text("#!/nonexistent/python\nprint('ran')\n")
+    (tmp_path / "badinterp.py").chmod(0o755)
+    (tmp_path / "adir").mkdir()
+    cases = {
+        "./plain.py": (
+            126,
+            "cannot execute './plain.py': permission denied (run it as `python ./plain.py`, or `chmod +x` it)",
+        ),
+        "./noshebang.py": (
+            126,
+            "cannot execute './noshebang.py': it is not a program and has no #! line (run it as `python ./noshebang.py`",
+        ),
+        "./badinterp.py": (126, "cannot execute './badinterp.py': its #! interpreter was not found"),
+        "./adir": (126, "cannot execute './adir': it is a directory"),
+        "./missing.py": (127, "./missing.py: no such file"),
+        "accelreg-no-such-command": (127, "accelreg-no-such-command: command not found (not on PATH)"),
+    }
+    code = (
+        "import contextlib, io, json, sys\nfrom accelreg import cli\nout = {}\n"
+        f"for cmd in {list(cases)!r}:\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        status = cli.main(['run', '--', cmd])\n"
+        "    out[cmd] = [status, err.getvalue()]\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_environ(),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    for cmd, (status, said) in cases.items():
+        assert got[cmd][0] == status, (cmd, got[cmd])
+        assert got[cmd][1].startswith(f"accelreg run: {said}") and got[cmd][1].count("\n") == 1, (
+            cmd,
+            got[cmd],
+        )

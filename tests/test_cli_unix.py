@@ -106,15 +106,28 @@ def test_plan_without_transformers_names_the_extra(capsys, monkeypatch):
     )
 
 
-def test_plot_to_a_missing_folder_prints_the_plan_then_one_line(capsys, tmp_path):
+def test_plot_to_a_missing_folder_is_refused_before_the_model_is_built(capsys, tmp_path, monkeypatch):
+    import accelreg.cli.plan as plan_command
+
+    monkeypatch.setattr(plan_command, "build_meta_model", lambda *a, **k: pytest.fail("built"))
     target = str(tmp_path / "missing" / "x.png")
-    assert main([*README_PLAN, "--plot", target]) == 1
+    assert main([*README_PLAN, "--plot", target]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"accelreg plan: --plot {target!r}: the folder to write it in does not exist"
+    ]
+
+
+def test_a_plot_that_cannot_be_written_prints_the_plan_then_one_line(capsys, tmp_path):
+    target = tmp_path / "x.png"
+    target.mkdir()  # a folder where the file should go: found only when the plot is written
+    assert main([*README_PLAN, "--plot", str(target)]) == 1
     out, err = capsys.readouterr()
     assert "device_map:" in out and "lm_head" in out
-    assert err.strip().splitlines() == [
-        f"accelreg plan: --plot {target!r}: cannot write the file: No such file or directory"
-    ]
-    assert main([*README_PLAN, "--plot", target, "--json"]) == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"accelreg plan: --plot {str(target)!r}: cannot write the file"
+    )
+    assert main([*README_PLAN, "--plot", str(target), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["device_map"] and data["plot"] is None and "cannot write" in data["plot_error"]
 

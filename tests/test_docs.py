@@ -470,3 +470,39 @@ def test_emulator_blocks_say_how_to_run_them():
             if f"ACCELREG_EMU_NAME={b.emu[0]}" not in prose:
                 missing.append(b.id)
     assert not missing, f"say how to run these on the emulator (ACCELREG_EMU_NAME=...): {missing}"
+
+
+# -- the README's quickstart, run as the README says (issue 31) -------------------------------
+def _quickstart() -> tuple[Block, list[str]]:
+    """The README's quickstart and the output it promises: the ``text`` blocks after it (on the
+    emulator, then without an accelerator)."""
+    blocks = blocks_of(ROOT / "README.md")
+    (i, quickstart), *_ = [(i, b) for i, b in enumerate(blocks) if b.lang in PYTHON and b.anywhere]
+    printed = [b.source for b in blocks[i + 1 : i + 3] if b.lang == "text"]
+    assert len(printed) == 2, "the README shows what the quickstart prints, with and without an accelerator"
+    return quickstart, printed
+
+
+@pytest.mark.slow
+def test_the_readme_quickstart_prints_what_it_promises_as_a_script(tmp_path):
+    """``ACCELREG_EMU_NAME=npu python quickstart.py`` and ``python quickstart.py``: the script as
+    printed, each line of its output as the README shows it."""
+    quickstart, printed = _quickstart()
+    (tmp_path / "quickstart.py").write_text(quickstart.source, encoding="utf-8")
+
+    def run(emu: tuple[str, int] | None) -> str:
+        proc = subprocess.run(
+            [sys.executable, "quickstart.py"],
+            capture_output=True,
+            text=True,
+            env=_environ(replace(quickstart, emu=emu)),
+            cwd=tmp_path,
+            timeout=_TIMEOUT,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outputs = list(pool.map(run, [quickstart.emu, None]))
+    for output, expected in zip(outputs, printed, strict=True):
+        assert output == expected, f"prints:\n{output}\nthe README says:\n{expected}"

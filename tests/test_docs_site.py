@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def _readme_pages() -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## Documentation", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"\]\(docs/([^)#]+\.md)\)", section)
+    # absolute links (to the repository's main branch), so that they work on a package index too
+    return re.findall(r"\]\((?:https://github\.com/[\w.-]+/[\w.-]+/blob/main/)?docs/([^)#]+\.md)\)", section)
 
 
 def _nav_pages(nav: list) -> list[str]:

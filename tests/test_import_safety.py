@@ -57,7 +57,7 @@ def _unmatched(integration: str, seam: str) -> str:
         _integ = importlib.import_module("accelreg.integrations.{integration}").INTEGRATION
         _integ.seams = [
             replace(s, adapters=tuple(replace(a, shapes=("0" * 16,), params=("no_such_parameter",))
-                                      for a in s.candidates()))
+                                      for a in s.candidates(_integ.window)))
             if s.name == {seam!r} else s
             for s in _integ.seams
         ]

@@ -170,7 +170,8 @@ def test_plan(capsys, tmp_path):
     code, data = run_json(capsys, *README_PLAN)
     assert code == 0 and data["device_map"]
     check("plan", data)
-    code, data = run_json(capsys, *README_PLAN, "--plot", str(tmp_path / "no" / "x.svg"))
+    (tmp_path / "x.svg").mkdir()  # cannot be written: the plan, then the plot's error
+    code, data = run_json(capsys, *README_PLAN, "--plot", str(tmp_path / "x.svg"))
     assert code == 1 and data["plot_error"]
     check("plan", data)
     code, data = run_json(capsys, "plan", "gpt2", "--max-memory", "npu:0=1MB")

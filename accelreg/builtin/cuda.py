@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import partial
 
-from ..plugin import hookimpl, parse_visible_devices_truncating
+from ..plugin import HardwareSignature, hookimpl, parse_visible_devices_truncating
 from ._torchmod import read_first_line, torch_module_backend
 
 VAR = "CUDA_VISIBLE_DEVICES"
@@ -14,6 +14,17 @@ DRIVER_FILES = (
     ("/proc/driver/nvidia/version", "the NVIDIA kernel driver is loaded"),
     ("/dev/nvidiactl", "the NVIDIA kernel driver is loaded"),
     ("/dev/kfd", "the ROCm kernel driver is loaded"),
+)
+
+#: An NVIDIA GPU on the PCI bus (VGA or 3D controller: not the audio function of its cards),
+#: with or without a driver; an AMD GPU only once its ROCm driver is loaded (/dev/kfd), since
+#: AMD's integrated graphics share the vendor id and class.
+HARDWARE = HardwareSignature(
+    what="GPU (NVIDIA, or AMD with its ROCm driver)",
+    install="the GPU's driver and a CUDA (NVIDIA) or ROCm (AMD) build of torch: https://pytorch.org/get-started/locally/",
+    device_nodes=("/dev/nvidia[0-9]*", "/dev/kfd"),
+    pci_vendors=("0x10de",),
+    pci_classes=("0x0300", "0x0302"),
 )
 
 
@@ -75,7 +86,10 @@ def accelreg_backends():
         not_compiled=_not_compiled,
         dist_backend="nccl",
         ray_resource="GPU",  # Ray's own name (Ray detects NVIDIA and AMD GPUs itself)
+        gres=("gpu",),  # Slurm's own type (Slurm sets CUDA_VISIBLE_DEVICES itself)
+        vllm_platform=("cuda", "rocm"),  # vLLM's own, whichever it finds (torch.cuda is ROCm on AMD)
         presence=_driver_loaded,
         runtime_versions=_versions,
+        hardware=HARDWARE,
         description="NVIDIA CUDA / AMD ROCm (torch.cuda)",
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..plugin import hookimpl
+from ..plugin import HardwareSignature, hookimpl
 from ._torchmod import torch_module_backend
 
 
@@ -14,5 +14,12 @@ def accelreg_backends():
         package="torch_mlu",
         visible_devices_var="MLU_VISIBLE_DEVICES",
         dist_backend="cncl",
+        gres=("mlu", "gpu"),  # its own GRES type, or Slurm's gpu type on sites that use it
+        hardware=HardwareSignature(
+            what="Cambricon MLU",
+            install="torch_mlu (Cambricon's PyTorch extension) with its Neuware SDK",
+            device_nodes=("/dev/cambricon_dev[0-9]*",),  # the Cambricon kernel driver's
+            pci_vendors=("0xcabc",),  # Cambricon
+        ),
         description="Cambricon MLU (torch_mlu)",
     )

@@ -44,4 +44,5 @@ def accelreg_backends():
         device_name=lambda index: "Apple GPU (Metal)",
         description="Apple Metal (torch.mps)",
         dist_backend="gloo",  # torch's own default for mps tensors
+        gres=(),  # no cluster scheduler hands out Apple GPUs
     )

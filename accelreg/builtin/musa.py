@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..plugin import hookimpl
+from ..plugin import HardwareSignature, hookimpl
 from ._torchmod import torch_module_backend
 
 
@@ -14,5 +14,12 @@ def accelreg_backends():
         package="torch_musa",
         visible_devices_var="MUSA_VISIBLE_DEVICES",
         dist_backend="mccl",
+        gres=("musa", "gpu"),  # its own GRES type, or Slurm's gpu type on sites that use it
+        hardware=HardwareSignature(
+            what="Moore Threads GPU",
+            install="torch_musa (Moore Threads' PyTorch extension) with its MUSA toolkit",
+            pci_vendors=("0x1ed5",),  # Moore Threads; display controllers and accelerators
+            pci_classes=("0x03", "0x12"),  # (not the audio function of its cards)
+        ),
         description="Moore Threads MUSA (torch_musa)",
     )

@@ -14,5 +14,6 @@ def accelreg_backends():
         package="torch_sdaa",
         visible_devices_var="SDAA_VISIBLE_DEVICES",
         dist_backend="tccl",
+        gres=("sdaa", "gpu"),  # its own GRES type, or Slurm's gpu type on sites that use it
         description="Tecorigin SDAA (torch_sdaa)",
     )

@@ -49,5 +49,7 @@ def accelreg_backends():
         dist_backend="xccl",
         runtime_versions=_versions,
         ray_resource="GPU",  # Ray's own name (Ray's Intel GPU manager)
+        gres=("gpu",),  # Slurm's own type (Slurm sets ZE_AFFINITY_MASK itself)
+        vllm_platform="xpu",  # vLLM's own
         description="Intel GPU (torch.xpu)",
     )

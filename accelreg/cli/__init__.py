@@ -18,15 +18,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from .._warn import PREFIX
-from ..errors import ConfigError, DeviceMapError, PluginError
+from ..errors import AccelregError, ConfigError, DeviceMapError, PluginError, UsageError
 from ._codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_PIPE, EXIT_USAGE
-from ._format import version_line
+from ._format import did_you_mean, version_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,10 +71,51 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors say what was probably meant: a mistyped command
+    (``accelreg evn``), option (``accelreg plan --max-memry``) or choice gets "did you mean"."""
+
+    #: The parser of each command, so an unknown option is reported with that command's usage.
+    commands: dict[str, argparse.ArgumentParser]
+    #: The arguments being parsed (set by :func:`main`), to name a mistyped option that left a
+    #: required argument missing (``accelreg plan --max-memry``).
+    given: Sequence[str] = ()
+
+    def error(self, message: str) -> Any:  # argparse's signature: it never returns
+        m = _INVALID_CHOICE.fullmatch(message)
+        if m is not None:
+            message += did_you_mean(m.group("given"), re.findall(r"'([^']*)'", m.group("choices")))
+        elif message.startswith("the following arguments are required"):
+            mistyped = [a for a in self.given if a.startswith("--") and a != "--" and not self._known(a)]
+            if mistyped:
+                message = self._unknown_message(mistyped)
+        super().error(message)
+
+    def unknown(self, extras: list[str]) -> None:
+        """Refuse ``extras`` (arguments no option took), suggesting this parser's close options."""
+        self.error(self._unknown_message(extras))
+
+    def _options(self) -> list[str]:
+        return [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+
+    def _known(self, arg: str) -> bool:
+        name = arg.partition("=")[0]
+        return any(o.startswith(name) for o in self._options())  # argparse takes unique prefixes
+
+    def _unknown_message(self, extras: list[str]) -> str:
+        hints = [did_you_mean(e.partition("=")[0], self._options()) for e in extras if e.startswith("--")]
+        return f"unrecognized arguments: {' '.join(extras)}{''.join(h for h in hints if h)}"
+
+
+_INVALID_CHOICE = re.compile(
+    r"argument .*: invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)"
+)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``accelreg`` argument parser: every command on it, or only ``command`` (one of
     :data:`COMMANDS`), which imports that command's module alone."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="accelreg",
         description="One registry for PyTorch accelerator backends.",
         epilog="Exit codes: 0 ok, 1 request failed, 2 usage error, 3 configuration or plugin error.",
@@ -82,6 +124,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS if command is None else (command,):
         importlib.import_module(f"{__name__}.{name}").add_parser(sub)
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -114,7 +157,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
-    args = parser.parse_args(argv)
+    for each in (parser, *parser.commands.values()):  # type: ignore[attr-defined]
+        each.given = argv  # type: ignore[attr-defined]
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # with the usage of the command they were given to, not the top-level one
+        parser.commands.get(args.command, parser).unknown(extras)  # type: ignore[attr-defined]
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -130,8 +177,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """The command's exit status; accelreg's errors become one line on stderr and their code."""
     try:
         return int(args.func(args))
+    except UsageError as exc:
+        print(f"accelreg {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ConfigError as exc:
         print(f"accelreg: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -142,6 +193,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"accelreg: {exc}", file=sys.stderr)
         for line in exc.violations:
             print(f"  - {line}", file=sys.stderr)
+        return EXIT_FAILED
+    except AccelregError as exc:  # any other refusal: the request failed, and says why
+        print(f"accelreg {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAILED
 
 

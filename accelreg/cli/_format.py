@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import platform
 import shutil
 import textwrap
+from collections.abc import Sequence
 
 from .. import __version__
 
-__all__ = ["table", "terminal_width", "version_line", "versions", "wrapped"]
+__all__ = ["did_you_mean", "table", "terminal_width", "version_line", "versions", "wrapped"]
 
 
 def table(rows: list[list[str]], header: list[str], width: int | None = None) -> str:
@@ -62,6 +64,14 @@ def table(rows: list[list[str]], header: list[str], width: int | None = None) ->
 _MIN_WRAP = 24
 
 
+def did_you_mean(given: str, known: Sequence[str]) -> str:
+    """``" (did you mean 'env'?)"`` for the names in ``known`` close to ``given``, else ``""``."""
+    close = difflib.get_close_matches(given, list(known), n=3, cutoff=0.6)
+    if not close:
+        close = [k for k in known if given and (k.startswith(given) or given.startswith(k))][:3]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
 def terminal_width() -> int | None:
     """Columns to fit: ``COLUMNS``, else the terminal's; ``None`` (no limit) for a pipe or file."""
     columns = shutil.get_terminal_size(fallback=(0, 0)).columns
@@ -92,7 +102,7 @@ def versions() -> dict[str, str | None]:
 
 
 def version_line(found: dict[str, str | None] | None = None) -> str:
-    """``accelreg 0.1.0 (torch 2.13.0+cpu, Python 3.11.7)``."""
+    """``accelreg 0.2.0 (torch 2.13.0+cpu, Python 3.11.7)``."""
     found = found or versions()
     return (
         f"accelreg {found['accelreg']} (torch {found['torch'] or 'not installed'}, Python {found['python']})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from .. import registry
@@ -16,7 +17,16 @@ __all__ = ["add_parser", "cmd_config"]
 
 def add_parser(subparsers: Any) -> None:
     """Register ``accelreg config`` on the ``accelreg`` command's subparsers."""
-    p = subparsers.add_parser("config", help="show each effective setting and where it came from")
+    p = subparsers.add_parser(
+        "config",
+        help="show each effective setting and where it came from",
+        description="Each setting accelreg uses in this directory (priority, disable, providers, "
+        "plugins, strict, probe_timeout, ...), its value, where it came from (an argument, an "
+        "ACCELREG_* variable, the nearest accelreg.toml or pyproject.toml [tool.accelreg], the user's "
+        "config file, or the default), and what a lower-precedence source also set for it.",
+        epilog="Exit codes: 0 ok, 3 a configuration file was skipped (malformed TOML, a bad value; "
+        "the problem is on stderr) or a variable is malformed. See docs/configuration.md.",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_config)
 
@@ -60,10 +70,11 @@ def cmd_config(args: argparse.Namespace) -> int:
                     )
         if data["files"]:
             print("\nfiles read: " + ", ".join(data["files"]))
-        for problem in data["errors"]:
-            print(f"error (file skipped): {problem}")
-        for problem in data["warnings"]:
-            print(f"warning: {problem}")
+    sys.stdout.flush()  # the settings first, then what went wrong (on stderr, --json too)
+    for problem in data["errors"]:
+        print(f"accelreg config: error (file skipped): {problem}", file=sys.stderr)
+    for problem in data["warnings"] if not args.json else ():
+        print(f"accelreg config: warning: {problem}", file=sys.stderr)
     return EXIT_CONFIG if data["errors"] else EXIT_OK
 
 

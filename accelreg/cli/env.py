@@ -2,8 +2,10 @@
 
 The host (OS, Python, CPU, RAM), the libraries (numpy, transformers, accelerate, ...), the
 configuration files read, every backend (why it is (un)available, its runtime's and driver's
-versions as its plugin reports them), each device (name, total and free memory), what
-``resolve()`` picks, the integrations, plugin failures and warnings. ``--json`` prints the data
+versions as its plugin reports them), hardware that is here while its runtime or plugin is
+missing (and what to install), each device (name, total and free memory), what ``resolve()``
+picks, the integrations, vLLM's platform (the one it would run on, and every platform plugin
+seen), plugin failures and warnings. ``--json`` prints the data
 (``accelreg/schemas/env.schema.json``); ``--report`` prints a Markdown block of at most 100
 columns to paste into a bug report.
 """
@@ -23,13 +25,25 @@ from typing import Any
 from .. import registry
 from ..errors import AccelregError
 from ..integrations import status as integration_status
+from ..integrations import table as integration_table
 from ..integrations.torch_accelerator import report as torch_accelerator_report
+from ..integrations.vllm import report as vllm_report
+from ..launch import slurm
+from ..registry.hardware import seen as hardware_seen
 from ..resolution import resolve_in
 from ..sizes import format_size
 from ._codes import EXIT_OK
 from ._format import table, terminal_width, version_line, versions, wrapped
 
-__all__ = ["LIBRARIES", "REPORT_WIDTH", "add_parser", "cmd_env", "env_report", "markdown_report"]
+__all__ = [
+    "LIBRARIES",
+    "REPORT_WIDTH",
+    "add_parser",
+    "cmd_env",
+    "env_report",
+    "markdown_report",
+    "slurm_lines",
+]
 
 #: Libraries whose versions a report lists (read from their metadata: nothing is imported).
 LIBRARIES = (
@@ -79,8 +93,11 @@ def _version_of(distribution: str) -> str | None:
         return None
 
 
-def env_report() -> dict[str, Any]:
-    """Everything ``accelreg env`` shows, as plain data (the ``--json`` output)."""
+def env_report(*, hardware_root: str = "/") -> dict[str, Any]:
+    """Everything ``accelreg env`` shows, as plain data (the ``--json`` output).
+
+    ``hardware_root`` is where backends' hardware signatures look for device nodes, driver files
+    and PCI devices (a test passes a fake machine's root)."""
 
     snap = registry.get()
     backends = []
@@ -132,6 +149,10 @@ def env_report() -> dict[str, Any]:
         "integrations": (integrations := _integrations()),
         "integrations_scope": _integrations_scope(integrations),
         "torch_accelerator": _torch_accelerator(snap),
+        "integration_failures": [f.as_dict() for f in integration_table.failures()],
+        "slurm": slurm.report(snap.environ),
+        "hardware": _hardware(snap, hardware_root),
+        "vllm": vllm_report(),
     }
 
 
@@ -175,7 +196,9 @@ def _why(snap: Any, device: str) -> str:
         return "no accelerator is available, so the cpu"
     order = "configured priority" if snap.settings.priority else "default plugin priorities"
     why = f"{current.name} is the first available backend by {order}"
-    assigned = snap.device_id is not None and snap.device_id[1].partition("=")[0].strip() == current.name
+    assigned = snap.device_id is not None and current.name in {
+        entry.partition("=")[0].strip() for entry in snap.device_id[1].split(",")
+    }
     if assigned and current.spec.indexed:
         var, value = snap.device_id
         why += f"; the device assigned by {var}={value} (its place in the mask)"
@@ -225,6 +248,75 @@ def _torch_accelerator_lines(report: dict[str, Any]) -> list[str]:
         "follows the registry in this process" if item["follows"] else "follows it under accelreg.install()"
     )
     return [f"torch.accelerator: DISAGREES with the registry: {item['why']}", f"  it {rule}: {then}"]
+
+
+# -- Slurm ---------------------------------------------------------------------------------
+def slurm_lines(report: dict[str, Any]) -> list[str]:
+    """What ``accelreg env`` says about the Slurm step it runs in (nothing outside one)."""
+    s = report.get("slurm")
+    if not s:
+        return []
+    tasks = f" of {s['tasks']}" if s["tasks"] else ""
+    lines = [
+        f"Slurm: job {s['job']}, step {s['step']}, task {s['task']}{tasks} (local {s['local_task']}) on {s['node']}"
+    ]
+    if s["error"]:
+        return [*lines, f"Slurm allocation: cannot tell: {s['error']}"]
+    gres = [
+        f"{name} {','.join(g['ids']) if g['ids'] is not None else '(no device indices)'} (from {g['source']}"
+        + (", this task's own)" if name in s["per_task"] else ")")
+        for name, g in s["gres"].items()
+    ]
+    lines.append(f"Slurm allocated: {'; '.join(gres) if gres else 'no GRES of a backend installed here'}")
+    state = "set" if s["applied"] else "not set in this process (`accelreg run` sets them)"
+    for m in s["masks"]:
+        how = "as Slurm set it" if m["set_by_slurm"] else f"from its {m['gres']} GRES"
+        lines.append(f"Slurm mask for {m['backend']}: {m['variable']}={m['value']} ({how}; {state})")
+    if s["device_id"]:
+        lines.append(f"Slurm binds devices to this task: ACCELREG_DEVICE_ID={s['device_id']}")
+    if s["ranks"]:
+        lines.append("Slurm ranks: " + ", ".join(f"{k}={v}" for k, v in s["ranks"].items()))
+    return lines
+
+
+# -- hardware without its runtime (issue 31) ---------------------------------------------
+def _hardware(snap: Any, root: str) -> list[dict[str, Any]]:
+    """Each unavailable backend whose hardware its signature sees here: the hardware, what
+    shows it, why the backend is unavailable, and what to install. Disabled backends are left
+    out (disabling says "not here")."""
+    out = []
+    for b in snap.order:
+        signature = b.spec.hardware
+        if signature is None or b.blocked is not None or b.available:
+            continue
+        evidence = hardware_seen(signature, root)
+        if evidence:
+            out.append(
+                {
+                    "backend": b.name,
+                    "what": signature.what,
+                    "evidence": list(evidence),
+                    "reason": b.probe().availability.reason,
+                    "install": signature.install or None,
+                }
+            )
+    return out
+
+
+def _hardware_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(indent, text)``: one line per backend whose hardware is here without its runtime."""
+    out: list[tuple[int, str]] = []
+    for item in report.get("hardware", ()):
+        out.append(
+            (
+                0,
+                f"{item['backend']}: {item['what']} found ({', '.join(item['evidence'])}), but "
+                f"{item['backend']} is unavailable: {item['reason']}",
+            )
+        )
+        if item["install"]:
+            out.append((1, f"install {item['install']}"))
+    return out
 
 
 # -- shared wording -----------------------------------------------------------------------
@@ -291,7 +383,7 @@ def _integration_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
         out.append(
             (0, f"{item['name']}: {state} ({item['library']} {item.get('version') or 'not installed'})")
         )
-        for line in (item.get("note"), item.get("install")):
+        for line in (item.get("note"), item.get("install"), *(item.get("conflicts") or ())):
             if line and line != "not installed":
                 out.append((1, line))
         for seam in item.get("seams") or ():
@@ -299,6 +391,27 @@ def _integration_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
                 out.append((1, f"skipped {seam['seam']}: {seam['reason']}"))
         if item.get("accelerator"):  # DeepSpeed: whose accelerator it runs on
             out.append((1, item["accelerator"]["summary"]))
+    for failure in report.get("integration_failures") or ():
+        out.append((0, f"FAILED {failure['entry_point']} ({failure['distribution']}): {failure['reason']}"))
+    return out
+
+
+def _vllm_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(indent, text)`` lines of the vLLM section: its version, the platform it would run on
+    and why, and every platform plugin seen; none when vLLM is not installed."""
+    v = report.get("vllm") or {}
+    if not v.get("version"):
+        return []
+    out = [(0, f"vLLM {v['version']} ({v['distribution']}): {v['scope']}")]
+    platform = v.get("platform")
+    if platform:
+        cls = f" ({platform['class']})" if platform.get("class") else ""
+        out.append((1, f"platform: {platform['platform']}{cls} for backend {platform['backend']}"))
+        out.append((1, f"why: {platform['why']}"))
+    if v.get("error"):
+        out.append((1, f"error: {v['error']}"))
+    for p in v.get("plugins") or ():
+        out.append((1, f"plugin {p['name']} ({p['source']}, {p['value']}): {p['state']}"))
     return out
 
 
@@ -348,11 +461,19 @@ def cmd_env(args: argparse.Namespace) -> int:
     say()
     say(_priority_line(report))
     say(_resolve_line(report))
+    for line in slurm_lines(report):
+        say(line)
     for line in _torch_accelerator_lines(report):
         say(line)
     for b in report["backends"]:
         if b["visible_devices_error"]:
             say(f"visible devices of {b['name']}: {b['visible_devices_error']}")
+    hardware = _hardware_lines(report)
+    if hardware:
+        say()
+        say("hardware without its runtime (install what each line says to use it):")
+        for indent, line in hardware:
+            say(("  " if indent == 0 else "      ") + line)
     devices = [d for b in report["backends"] for d in b["device_info"]]
     if devices:
         say()
@@ -372,6 +493,11 @@ def cmd_env(args: argparse.Namespace) -> int:
         say(f"integrations: {report['integrations_scope']}")
         for indent, line in _integration_lines(report):
             say(("  " if indent == 0 else "      ") + line)
+    vllm_lines = _vllm_lines(report)
+    if vllm_lines:
+        say()
+        for indent, line in vllm_lines:
+            say(("  " * indent) + line)
     if report["skipped"]:
         say()
         say("skipped plugins:")
@@ -454,6 +580,8 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
         out += _bullet(f"config: {line}", width)
     out += _bullet(_priority_line(report).replace("  (", " ("), width)
     out += _bullet(_resolve_line(report).replace("  (", " ("), width)
+    for line in slurm_lines(report):
+        out += _bullet(line, width)
     for line in _torch_accelerator_lines(report):
         out += _bullet(line.strip(), width)
     out += ["", "**Backends** (effective order)", ""]
@@ -471,6 +599,11 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
         if b["versions"]:
             text += f"; runtime: {_versions_text(b['versions'])}"
         out += _bullet(text, width)
+    hardware = _hardware_lines(report)
+    if hardware:
+        out += ["", "**Hardware without its runtime**", ""]
+        for indent, line in hardware:
+            out += _bullet(line, width, indent)
     devices = [d for b in report["backends"] for d in b["device_info"]]
     if devices:
         out += ["", "**Devices**", ""]
@@ -480,6 +613,11 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
         out += ["", "**Integrations**", ""]
         out += _bullet(f"scope: {report['integrations_scope']}", width)
         for indent, line in _integration_lines(report):
+            out += _bullet(line, width, indent)
+    vllm_lines = _vllm_lines(report)
+    if vllm_lines:
+        out += ["", "**vLLM**", ""]
+        for indent, line in vllm_lines:
             out += _bullet(line, width, indent)
     for title, items in (
         ("Skipped plugins", [f"{i['plugin']} ({i['distribution'] or 'unknown distribution'}): {i['why']}" for i in report["skipped"]]),

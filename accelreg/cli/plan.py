@@ -14,7 +14,9 @@ the placement rules without replacing any module (see docs/planner.md). Exit cod
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
 import sys
 import textwrap
 import time
@@ -22,14 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import registry
 from ..errors import DeviceError, DeviceMapError, UsageError
 from ..meta import TASKS, build_meta_model
 from ..meta.build import HF_LIBRARIES
 from ..planner import STRATEGIES, plan
 from ..planner.budgets import missing_devices
+from ..planner.dtypes import DTYPE_NAMES
 from ..planner.report import explain, rows
-from ..sizes import format_size
-from ._format import table
+from ..sizes import format_size, parse_size
+from ._format import did_you_mean, table
 
 __all__ = ["add_parser", "cmd_plan", "parse_max_memory"]
 
@@ -54,6 +58,98 @@ def parse_max_memory(text: str) -> dict[Any, str]:
     if not out:
         raise UsageError("--max-memory is empty; give DEVICE=SIZE[,DEVICE=SIZE...]")
     return out
+
+
+def _positive(text: str) -> int:
+    """``--search-limit``: a positive int (argparse reports anything else as a usage error)."""
+    if not (text.isascii() and text.isdecimal()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of nodes")
+    return int(text)
+
+
+_DEVICE = re.compile(r"(?P<name>[a-z][a-z0-9_]*)(?::(?P<index>[0-9]{1,9}))?")
+
+
+def _check_budgets(max_memory: dict[Any, str]) -> None:
+    """Refuse, before anything is imported or built, a ``--max-memory`` that names a device no
+    registered backend has (a typo: ``gpu:0``, ``npu0``) or a size that is none (``lots``).
+
+    Keys are checked against the names of the backends registered here, available or not (a
+    plan may be for another machine; a backend whose plugin is not installed is unknown)."""
+    snap = registry.get()
+    names = {b.name for b in snap.order} | {b.device_type for b in snap.order}
+    for key, value in max_memory.items():
+        if isinstance(key, str):
+            _check_device(key, names, snap)
+        try:
+            parse_size(value, what=f"--max-memory {key}")
+        except (ValueError, TypeError) as exc:
+            raise UsageError(str(exc)) from None
+
+
+def _check_device(key: str, names: set[str], snap: Any) -> None:
+    m = _DEVICE.fullmatch(key)
+    if m is not None and m.group("name") in ("cpu", "disk"):
+        if m.group("index") not in (None, "0"):
+            raise UsageError(
+                f"--max-memory {key!r}: {m.group('name')} has no index; write {m.group('name')}=SIZE"
+            )
+        return
+    if m is not None and m.group("name") in names:
+        return
+    raise UsageError(
+        f"--max-memory {key!r} {'is not a backend accelreg knows' if m else 'is not a device'}"
+        f"{_device_hint(key, names, snap)}; the backends registered here: "
+        f"{', '.join(sorted(names - {'cpu'}))}, cpu and disk (a backend whose plugin is not installed "
+        "here is unknown: install it to plan for it)"
+    )
+
+
+def _device_hint(key: str, names: set[str], snap: Any) -> str:
+    """`` (did you mean 'npu:0'?)``: a missing colon (``npu0``), another case (``NPU:0``), the name
+    Ray gives a backend's devices (``gpu``: cuda, xpu), or a close spelling."""
+    text = key.strip().lower()
+    m = _DEVICE.fullmatch(text)
+    split = re.fullmatch(r"(?P<name>[a-z][a-z0-9_]*?)[ _-]?(?P<index>[0-9]+)", text)
+    if split is not None and (m is None or m.group("name") not in names) and split.group("name") in names:
+        m = split
+    if m is None:
+        return ""
+    name, index = m.group("name"), m.group("index")
+    suffix = f":{int(index)}" if index is not None else ""
+    if name in names | {"cpu", "disk"}:
+        guesses = [name]
+    else:
+        guesses = [b.name for b in snap.order if b.spec.ray_resource_name.lower() == name]
+        guesses = guesses or difflib.get_close_matches(name, sorted(names), n=3)
+    shown = [g if g in ("cpu", "disk") else g + suffix for g in guesses]
+    shown = [g for g in shown if g != key]
+    return f" (did you mean {' or '.join(repr(g) for g in shown)}?)" if shown else ""
+
+
+def _check_dtype(dtype: str | None) -> None:
+    """Refuse an unknown ``--dtype`` before anything is built (the planner reads it again)."""
+    if dtype is None:
+        return
+    name = dtype.strip().lower().removeprefix("torch.")
+    if name not in DTYPE_NAMES:
+        raise UsageError(
+            f"unknown dtype {dtype!r}{did_you_mean(name, DTYPE_NAMES)}; accepted: {', '.join(DTYPE_NAMES)}"
+        )
+
+
+def _check_no_split(model: Any, classes: list[str] | None) -> None:
+    """Refuse a ``--no-split`` class the model has no module of (a typo would go unnoticed)."""
+    if not classes:
+        return
+    present = sorted({type(m).__name__ for m in model.modules()})
+    for name in classes:
+        if name not in present:
+            raise UsageError(
+                f"--no-split {name!r}: {type(model).__name__} has no module of that class"
+                f"{did_you_mean(name, present)}; its default is "
+                f"{', '.join(getattr(model, '_no_split_modules', None) or ()) or '(none)'}"
+            )
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -135,7 +231,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--search-limit",
         metavar="NODES",
-        type=int,
+        type=_positive,
         help="nodes the search for the most accelerator-resident map may visit (default 20000)",
     )
     p.set_defaults(func=cmd_plan)
@@ -190,13 +286,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _compute(args: argparse.Namespace) -> _Planned:
     """Check the arguments, build the model and plan it; every refusal is a :class:`_Refused`."""
     try:
+        # every flag first, before anything is imported or built (issue 31)
         max_memory = parse_max_memory(args.max_memory) if args.max_memory is not None else None
+        if max_memory is not None:
+            _check_budgets(max_memory)
+        _check_dtype(args.dtype)
         no_split = [c.strip() for c in args.no_split.split(",") if c.strip()] if args.no_split else None
         if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"--plot {args.plot!r}: the file name must end in .png or .svg")
+        if args.plot and not Path(args.plot).expanduser().resolve().parent.is_dir():
+            raise UsageError(f"--plot {args.plot!r}: the folder to write it in does not exist")
         started = time.perf_counter()
         model, built = _build(args)
         build_s = time.perf_counter() - started
+        _check_no_split(model, no_split)
         started = time.perf_counter()
         result = plan(
             model,

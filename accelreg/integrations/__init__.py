@@ -1,105 +1,63 @@
 """Integrations: the host libraries ask the registry.
 
-Every integration has one shape (:class:`~._seams.Integration`): a module
-``accelreg.integrations.<name>`` holding the library's seams, one ``INTEGRATION`` object, and
-``enable, disable, enabled = INTEGRATION.api()``. Adding a host library is writing that module
-and naming it, with the module whose import enables it, in :data:`HOSTS`; nothing else changes.
+Every integration has one shape (:class:`~.seams.Integration`): a module holding the library's
+seams and one ``INTEGRATION`` object, a row of the integrations table (:mod:`.table`: the
+built-ins in ``table.BUILTIN``, third parties through the ``accelreg.integrations`` entry-point
+group). Adding a host library is writing that module and naming it in the table; nothing else
+changes.
 
 :func:`install` enables every integration whose library is installed — each at the moment its
 library is imported, so ``install()`` itself imports none of them — and nothing it runs inside
-that import can raise into the user's ``import`` statement.
+that import can raise into the user's ``import`` statement. Before anything is patched, the
+installed releases are checked against the table: a release outside it is named (strict mode:
+an :class:`~accelreg.errors.IntegrationError`).
 
-This package's ``__init__`` is cheap on purpose (it imports only the import hooks): a process
-under ``accelreg run`` imports it at start-up (:mod:`accelreg.launch.startup`) and must not pay
-for the registry or any integration module before a host library is imported. The rest is
-served by name (:func:`integration`, and ``IntegrationWarning``/``raise_recorded`` from
-:mod:`._seams` on first use).
+This package's ``__init__`` is cheap on purpose (it imports only the import hooks and the
+table's static part): a process under ``accelreg run`` imports it at start-up
+(:mod:`accelreg.launch.startup`) and must not pay for the registry or any integration module
+before a host library is imported. The rest is served by name (:func:`integration`, and
+``IntegrationWarning`` from :mod:`.seams` on first use).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import warnings
 
-from . import _postimport
+from .. import importwatch
+from ..deferred import raise_recorded
+from ..errors import IntegrationError
+from . import table
 
 # ``typing`` is not imported at run time: the start-up hook imports this in every job process.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ._seams import Integration, IntegrationWarning, raise_recorded
+    from .seams import Integration, IntegrationWarning
 
 __all__ = [
-    "FOLLOWERS",
-    "HOSTS",
-    "INTEGRATIONS",
-    "PREPARED",
     "IntegrationWarning",
     "install",
     "integration",
     "raise_recorded",
     "status",
+    "table",
     "uninstall",
 ]
 
-#: The host libraries, in the order ``install()`` enables them: the name of each integration
-#: module (``accelreg.integrations.<name>``) and the library module whose import enables it —
-#: one imported only once its package is complete (firing on a submodule the package
-#: ``__init__`` is still importing would make ``enable()`` import from a partially initialised
-#: package). transformers imports its submodules lazily, so ``modeling_utils`` is safe there;
-#: ``ray/__init__`` does not import ``ray.train``.
-HOSTS: dict[str, str] = {
-    "accelerate": "accelerate",
-    # accelerate's command line (launch, config default, env): the CLI imports every command
-    # module; a training process that imports accelerate never loads them
-    "accelerate_launch": "accelerate.commands.launch",
-    "transformers": "transformers.modeling_utils",
-    "peft": "peft",
-    "deepspeed": "deepspeed",
-    # Ray Core (its accelerator managers) on ``import ray``; Ray Train's seams import torch, so
-    # they wait for Ray Train's torch package (a Ray worker that runs only tasks never pays).
-    "ray": "ray",
-    "ray_train": "ray.train.torch",
-    # Lightning under each of its import names; each patches only its own package.
-    "lightning": "lightning",
-    "lightning_fabric": "lightning_fabric",
-    "pytorch_lightning": "pytorch_lightning",
-    # torch.accelerator answers the registry's backend (every host library imports torch first,
-    # so in a process that imports one this is enabled with it; see FOLLOWERS)
-    "torch_accelerator": "torch.accelerator",
-}
-
-#: Integrations ``install()`` enables, whose trigger does not make ``accelreg run``'s start-up
-#: hook call ``install()`` (:func:`accelreg.launch.startup.watched`): every process imports
-#: torch, and torch's import must not pay for the registry; a host library's import does.
-FOLLOWERS: frozenset[str] = frozenset({"torch_accelerator"})
-
-#: Integrations with a ``prepare`` step (work before the library first runs): ``install()``
-#: imports their modules at once; every other integration module waits for its library.
-PREPARED: frozenset[str] = frozenset({"deepspeed"})
-
-#: name -> (integration module, trigger): :data:`HOSTS` with each module's full name.
-INTEGRATIONS: dict[str, tuple[str, str]] = {name: (f"{__name__}.{name}", t) for name, t in HOSTS.items()}
-
-_SEAMS = f"{__name__}._seams"
-
 
 def __getattr__(name: str) -> Any:
-    if name in ("IntegrationWarning", "raise_recorded"):
-        value = getattr(importlib.import_module(_SEAMS), name)
+    if name == "IntegrationWarning":
+        value = importlib.import_module(f"{__name__}.seams").IntegrationWarning
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def integration(name: str) -> Integration:
-    """The :class:`~._seams.Integration` of host library ``name`` (importing its module, which
-    imports nothing of the library itself)."""
-    if name not in HOSTS:
-        raise KeyError(f"no integration named {name!r}; known: {', '.join(HOSTS)}")
-    return importlib.import_module(INTEGRATIONS[name][0]).INTEGRATION
+    """The :class:`~.seams.Integration` called ``name``, a row of :mod:`.table` (importing its
+    module, which imports nothing of the library itself)."""
+    return table.integration(name)
 
 
 def _library_installed(trigger: str) -> bool:
@@ -114,90 +72,74 @@ def _library_installed(trigger: str) -> bool:
 def install() -> list[str]:
     """Enable every integration whose library is installed; returns their names.
 
-    An integration is enabled when its library module is first imported (or now, if it
+    First the conflict report: an installed release outside the integrations table (a release
+    its adapters were not verified with) is named in one :class:`IntegrationWarning` per
+    integration, before anything is patched; its seams are then matched by shape like any other. An
+    integration is enabled when its library module is first imported (or now, if it
     already is); a seam that matches no adapter is skipped with an
     :class:`IntegrationWarning`, and nothing raised there reaches the user's ``import``. In
     strict mode (``ACCELREG_STRICT=1`` / ``configure(strict=True)``) every installed library is
     imported and enabled *now*, so a seam that matches no adapter raises
-    :class:`~accelreg.errors.IntegrationError` from this call; the integrations it enabled
-    are disabled again first, so a failed ``install()`` leaves nothing half-installed.
-
-    Outside strict mode an integration's own module is imported only when its library is
-    (the integrations in :data:`PREPARED` now: their ``prepare`` must run before the library
-    does), so a process that imports one host library pays for that library's seams only.
+    :class:`~accelreg.errors.IntegrationError` from this call (so do a conflict and a
+    third-party integration that failed to load, before anything is patched); the integrations it
+    enabled are disabled again first, so a failed ``install()`` leaves nothing half-installed.
     """
-    from ._seams import raise_recorded, strict_mode
+    from .seams import enable_in_hook, strict_mode
 
     raise_recorded()
     strict = strict_mode()
-    chosen: list[str] = []
-    installed = {name: trigger for name, trigger in HOSTS.items() if _library_installed(trigger)}
-    before = {name for name in installed if _loaded(name) and integration(name).enabled}
+    if strict and table.failures():
+        failure = table.failures()[0]
+        raise IntegrationError(
+            f"strict mode: the integration {failure.entry_point!r} of {failure.distribution} could not be "
+            f"loaded: {failure.reason}"
+        )
+    installed = [integ for integ in table.integrations() if _library_installed(integ.trigger)]
+    for integ in installed:  # the conflict report: before anything is patched
+        integ.report_conflicts(strict=strict)
+    chosen: list[Integration] = []
+    before = {integ.name for integ in installed if integ.enabled}
     try:
-        for name, trigger in installed.items():
-            chosen.append(name)
-            if name in PREPARED or strict:
-                integ = integration(name)
-                if integ.prepare is not None:
-                    integ.prepare()  # work that must happen before the library first runs (imports nothing)
+        for integ in installed:
+            trigger = integ.trigger
+            chosen.append(integ)
+            if integ.prepare is not None:
+                integ.prepare()  # work that must happen before the library first runs (imports nothing)
             if strict:
                 importlib.import_module(trigger)
-                integration(name).enable()  # reads the strict setting: raises on a seam it cannot match
+                integ.enable()  # reads the strict setting: raises on a seam it cannot match
             else:
-                _postimport.when_imported(trigger, lambda _module, n=name: _enable_in_hook(n))
+                importwatch.when_imported(trigger, lambda _module, i=integ: enable_in_hook(i))
     except BaseException:
-        for name in chosen:
-            _postimport.cancel(HOSTS[name])
-            if name not in before and _loaded(name):
-                integration(name).disable()
+        for integ in chosen:
+            importwatch.cancel(integ.trigger)
+            if integ.name not in before:
+                integ.disable()
         raise
-    return chosen
-
-
-def _loaded(name: str) -> bool:
-    """Whether integration ``name``'s module is imported (one that is not cannot be enabled)."""
-    return INTEGRATIONS[name][0] in sys.modules
-
-
-def _enable_in_hook(name: str) -> None:
-    """Import integration ``name`` and enable it, from the import hook of its library: nothing
-    raises into the user's ``import`` (see :func:`~._seams.enable_in_hook`)."""
-    from ._seams import IntegrationWarning, enable_in_hook
-
-    try:
-        integ = integration(name)
-    except Exception as exc:  # noqa: BLE001 - an import that failed must not reach the user's import
-        warnings.warn(
-            IntegrationWarning(f"accelreg: the {name} integration could not be imported ({exc}); it stays off"),
-            stacklevel=2,
-        )
-        return
-    enable_in_hook(integ)
+    return [integ.name for integ in chosen]
 
 
 def uninstall() -> None:
     """Disable every integration and forget pending ones."""
-    for name, trigger in HOSTS.items():
-        _postimport.cancel(trigger)
-        if not _loaded(name):
-            continue  # never imported, so never enabled or prepared
-        integ = integration(name)
+    for integ in table.integrations():
+        importwatch.cancel(integ.trigger)
         if integ.unprepare is not None:
             integ.unprepare()
         integ.disable()
 
 
 def status() -> list[dict[str, Any]]:
-    """One entry per integration, for this process: ``name``, ``library``, installed ``version``,
-    tested releases (``supported``) and whether the version is among them (``in_range``),
-    ``seams`` (each seam's adapter, or none), ``skipped``, ``all_match``, ``enabled``,
-    ``pending`` (install() is waiting for ``trigger`` to be imported), ``install`` (what
-    install() did or would do, in words) and ``note``."""
+    """One entry per row of the integrations table, for this process: ``name``, ``library``,
+    installed ``version``, the ``releases`` it serves and whether the version is among them
+    (``in_range``), ``tested`` (the release matrix's releases), ``conflicts``, ``seams`` (each
+    seam's adapter and the releases it serves, or none), ``skipped``, ``all_match``, ``enabled``,
+    ``pending`` (install() is waiting for ``trigger`` to be imported), ``install`` (what install()
+    did or would do, in words) and ``note``."""
     out = []
-    for name, trigger in HOSTS.items():
-        item = integration(name).status()
-        item["trigger"] = trigger
-        item["pending"] = _postimport.pending(trigger)
+    for integ in table.integrations():
+        item = integ.status()
+        item["trigger"] = integ.trigger
+        item["pending"] = importwatch.pending(integ.trigger)
         item["install"] = _install_effect(item)
         out.append(item)
     return out

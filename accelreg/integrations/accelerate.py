@@ -1,7 +1,7 @@
 """accelerate: memory, cache, dispatch, default device and quantize-on-move ask the registry.
 
-Seams (accelerate 1.10-1.16, all public: matched by their parameters; every module that
-imported them by name is patched too):
+Seams (accelerate 1.10-1.16; the first five public, matched by their parameters; every module
+that imported them by name is patched too):
 
 * ``accelerate.utils.modeling.get_max_memory`` — two 7-way ``is_*_available()`` ladders.
   Without ``max_memory`` the replacement reads the free memory of the registry's current
@@ -23,12 +23,24 @@ imported them by name is patched too):
   answers the registry's current backend in upstream's form (``torch.device("npu")``, no
   index; ``cpu``): which backend comes from the registry, the index stays the runtime's, as
   upstream. Effective for states created after ``enable()``.
+* ``accelerate.state.PartialState._prepare_backend`` and ``.set_device`` (private or rebuilt:
+  pinned to the shapes of 1.10-1.16) — a rank a launcher started on a registry accelerator gets
+  accelerate's multi-process type, a process group over ``accelreg.dist_backend()`` and the
+  device ``<backend>:<LOCAL_RANK>``; never a backend the registry would not choose, and never
+  the cpu in silence (a :class:`~accelreg.DeviceError` naming the call).
+* ``accelerate.checkpointing.load_accelerator_state`` — ``load_state`` onto a device type
+  safetensors does not list loads the model states through the cpu.
+
+:data:`LAUNCHER` is the second integration, ``accelerate_launch`` (accelerate's command line:
+``accelerate launch``, ``accelerate config default``, ``accelerate env``), enabled when
+``accelerate.commands.launch`` is imported.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import os
 from typing import Any
 
@@ -37,10 +49,10 @@ from ..errors import DeviceError, PlacementError
 from ..queries import dist_backend
 from ..registry import Backend
 from ..resolution import current_in_use, qualify, resolve
-from ._seams import LIBRARIES, Adapter, Integration, Seam
 from .ds_accelerator import slots_under_mask
+from .seams import LIBRARIES, Adapter, Integration, Seam
 
-__all__ = ["INTEGRATION", "LAUNCHER", "disable", "enable", "enabled"]
+__all__ = ["INTEGRATION", "LAUNCHER", "RELEASES", "TESTED", "disable", "enable", "enabled"]
 
 _MODELING = "accelerate.utils.modeling"
 
@@ -166,7 +178,7 @@ def _quantize_on_move(module: Any, param: Any, device: Any) -> bool:
     target = torch.device(device)
     if param.device.type == target.type:
         return False
-    backend = placement._backend_of(target)
+    backend = placement.backend_of(target)
     rule = placement.rule_for_module(module, backend)
     return rule is not None and rule.may_live_on(device)
 
@@ -303,20 +315,30 @@ def _never_silently_cpu(state: Any, call: str) -> None:
     )
 
 
-def _load_model(original: Any) -> Any:
-    @functools.wraps(original)
-    def load_model(model: Any, filename: Any, strict: bool = True, device: Any = "cpu", **kwargs: Any) -> Any:
-        try:
-            return original(model, filename, strict, device, **kwargs)
-        except Exception as exc:  # safetensors' own error type is private to its Rust module
-            if "invalid" not in str(exc) or not _registry_device_type(device):
-                raise
-        # safetensors parses device names itself, from a fixed list: a registry backend it does
-        # not list loads through the cpu, and load_state_dict copies each tensor onto the device
-        # of the parameter it fills (what loading there directly gives)
-        return original(model, filename, strict, "cpu", **kwargs)
+def _load_accelerator_state(original: Any) -> Any:
+    signature = inspect.signature(original)
 
-    return load_model
+    @functools.wraps(original)
+    def load_accelerator_state(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:  # safetensors' own error type is private to its Rust module
+            bound = signature.bind(*args, **kwargs)
+            device = original.__globals__["PartialState"]().device
+            if (
+                bound.arguments.get("map_location") != "on_device"
+                or "invalid" not in str(exc)
+                or not _registry_device_type(device)
+            ):
+                raise
+        # safetensors parses device names itself, from a fixed list: the model states of a
+        # registry device type it does not list load through the cpu, and load_state_dict (and the
+        # optimizer's) copy each tensor onto the device of what it fills — what loading there
+        # directly gives. The first model failed before anything was loaded, so this starts over.
+        bound.arguments["map_location"] = "cpu"
+        return original(*bound.args, **bound.kwargs)
+
+    return load_accelerator_state
 
 
 def _registry_device_type(device: Any) -> bool:
@@ -455,7 +477,7 @@ def _env_command(original: Any) -> Any:
 
 _PREPARE_PARAMS = ("self", "cpu", "sagemaker_dp", "backend")
 
-#: Shapes (:func:`~accelreg.integrations._seams.shape`) of the private or rebuilt seams in the
+#: Shapes (:func:`~accelreg.integrations.seams.shape`) of the private or rebuilt seams in the
 #: window 1.10.1-1.16.0 (each wraps upstream and falls back to it for what is not the registry's
 #: to decide; a new shape is looked at before it is trusted).
 _SHAPES: dict[str, tuple[str, ...]] = {
@@ -473,10 +495,17 @@ _SHAPES: dict[str, tuple[str, ...]] = {
     ),
 }
 
+#: The releases both accelerate integrations serve (the library and its command line), and the
+#: ones the release matrix runs.
+RELEASES = ">=1.10,<1.17"
+TESTED = {"oldest": "1.10.1", "middle": "1.13.0", "newest": "1.16.0"}
+
 INTEGRATION = Integration(
     name="accelerate",
     distribution="accelerate",
-    supported=">=1.10,<1.17",
+    trigger="accelerate",
+    releases=RELEASES,
+    tested=TESTED,
     seams=[
         Seam(
             _MODELING,
@@ -524,7 +553,7 @@ INTEGRATION = Integration(
             "never a backend the registry would not choose",
             adapters=(
                 Adapter(
-                    "1.10-1.16", _prepare_backend, shapes=_SHAPES["prepare_backend"], params=_PREPARE_PARAMS
+                    RELEASES, _prepare_backend, shapes=_SHAPES["prepare_backend"], params=_PREPARE_PARAMS
                 ),
             ),
         ),
@@ -533,14 +562,14 @@ INTEGRATION = Integration(
             "PartialState.set_device",
             why="rank r on <backend>:r (the registry's resolve()); a launched rank silently on the cpu "
             "is a DeviceError",
-            adapters=(Adapter("1.10-1.16", _set_device, shapes=_SHAPES["set_device"], params=("self",)),),
+            adapters=(Adapter(RELEASES, _set_device, shapes=_SHAPES["set_device"], params=("self",)),),
         ),
         Seam(
-            "safetensors.torch",
-            "load_model",
-            _load_model,
-            params=("model", "filename", "strict", "device"),
-            importers=("accelerate.checkpointing",),
+            "accelerate.checkpointing",
+            "load_accelerator_state",
+            _load_accelerator_state,
+            params=("input_dir", "models", "map_location"),
+            importers=("accelerate.accelerator",),
             why="load_state onto a registry device safetensors does not list (it knows a fixed set of "
             "device names): through the cpu",
         ),
@@ -554,7 +583,9 @@ INTEGRATION = Integration(
 LAUNCHER = Integration(
     name="accelerate_launch",
     distribution="accelerate",
-    supported=">=1.10,<1.17",
+    trigger="accelerate.commands.launch",
+    releases=RELEASES,
+    tested=TESTED,
     seams=[
         Seam(
             "accelerate.commands.launch",
@@ -562,7 +593,7 @@ LAUNCHER = Integration(
             why="the process count and multi-process mode from the registry's devices (--gpu_ids: the "
             "devices it selects), where no config file decides",
             adapters=(
-                Adapter("1.10-1.16", _validate_launch_command, shapes=_SHAPES["validate"], params=("args",)),
+                Adapter(RELEASES, _validate_launch_command, shapes=_SHAPES["validate"], params=("args",)),
             ),
         ),
         *(

@@ -42,12 +42,10 @@ import os
 import sys
 from typing import Any
 
-from .. import placement, registry
+from .. import importwatch, placement, registry
 from ..errors import DeviceError
 from ..registry import Backend, Snapshot
 from ..resolution import current_in_use
-from . import _postimport
-from ._seams import LIBRARIES, Integration, Seam
 from .ds_accelerator import (
     EXPORTED,
     accelerator_for,
@@ -55,6 +53,7 @@ from .ds_accelerator import (
     keep_inherited_masks,
     registry_accelerator,
 )
+from .seams import LIBRARIES, Integration, Seam
 
 __all__ = [
     "INTEGRATION",
@@ -218,14 +217,14 @@ def prepare() -> None:
     """Hand DeepSpeed the registry's accelerator the moment DeepSpeed's accelerator module is
     imported, before DeepSpeed first picks one (cheap: imports nothing). ``install()`` calls it."""
 
-    _postimport.when_imported(_REAL, _early)
+    importwatch.when_imported(_REAL, _early)
 
 
 def unprepare() -> None:
     """Forget a pending :func:`prepare` and give DeepSpeed back what it had, also after a
     hand-over that refused (``accelreg.integrations.uninstall()`` calls it)."""
 
-    _postimport.cancel(_REAL)
+    importwatch.cancel(_REAL)
     _take_back()
 
 
@@ -291,7 +290,7 @@ def accelerator_report() -> dict[str, Any]:
             if deepspeed_ships_class(name)
             else f"accelreg's registry accelerator: DeepSpeed has no {name} class"
         )
-        if INTEGRATION.enabled or _postimport.pending(_REAL):
+        if INTEGRATION.enabled or importwatch.pending(_REAL):
             how = "DeepSpeed has not picked yet; accelreg hands it over when DeepSpeed does"
         else:
             how = "DeepSpeed not imported yet; accelreg.install() or enable() hands it over"
@@ -340,7 +339,9 @@ def _status(integ: Integration, out: dict[str, Any]) -> None:
 INTEGRATION = Integration(
     name="deepspeed",
     distribution="deepspeed",
-    supported=">=0.17,<0.20",
+    trigger="deepspeed",
+    releases=">=0.17,<0.20",
+    tested={"oldest": "0.17.6", "middle": "0.18.9", "newest": "0.19.8"},
     seams=[
         Seam(
             "deepspeed",

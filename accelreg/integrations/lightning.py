@@ -44,7 +44,7 @@ names: ``lightning`` (``lightning.pytorch`` + ``lightning.fabric``) and the stan
 ``pytorch_lightning`` + ``lightning_fabric`` (``lightning_fabric`` alone for Fabric-only
 installs). They are different modules with different classes, imported independently, and a
 module must not be patched while its package is still importing. So there is one
-:class:`~accelreg.integrations._seams.Integration` per top-level package, each built by
+:class:`~accelreg.integrations.seams.Integration` per top-level package, each built by
 :func:`integration_for` from the same seam list and enabled when *its* package is imported:
 ``accelreg.integrations.lightning`` (this module, trigger ``lightning``),
 ``accelreg.integrations.pytorch_lightning`` and ``accelreg.integrations.lightning_fabric``.
@@ -66,8 +66,8 @@ from typing import Any
 from .. import registry
 from ..queries import dist_backend
 from ..resolution import current_in_use
-from ._seams import Adapter, Integration, Seam
 from .lightning_accelerator import RegistryAccelerator, accelerator_class, fix_precision
+from .seams import Adapter, Integration, Seam
 
 __all__ = [
     "FLAVORS",
@@ -83,7 +83,9 @@ __all__ = [
 
 log = logging.getLogger("accelreg.integrations.lightning")
 
-_SUPPORTED = ">=2.2,<2.7"
+#: The releases every Lightning seam serves (both import names), and the ones the matrix runs.
+RELEASES = ">=2.2,<2.7"
+TESTED = {"oldest": "2.2.5", "middle": "2.4.0", "newest": "2.6.6"}
 _SCALER_WARNING = r".*GradScaler is enabled, but .* is not available.*"
 
 
@@ -273,7 +275,7 @@ def _register(original: Any) -> Any:
     return register
 
 
-#: Shapes (:func:`~accelreg.integrations._seams.shape`) of each seam in the window 2.2.0-2.6.6;
+#: Shapes (:func:`~accelreg.integrations.seams.shape`) of each seam in the window 2.2.0-2.6.6;
 #: both import names have the same shapes. Every replacement but the DDP one wraps the original
 #: (calls it, or returns to it for accelerators that are not accelreg's), so a new shape of those
 #: is looked at for its contract only; the DDP one rebuilds the wrapper and is pinned to the one
@@ -310,21 +312,21 @@ def _fabric_seams(pkg: str) -> list[Seam]:
             ),
             why="a registry backend's device gets the backend's collective backend (accelreg.dist_backend)",
             adapters=(
-                Adapter("2.2-2.6", _process_group_backend, shapes=_SHAPES["fabric:pg"], params=("device",)),
+                Adapter(RELEASES, _process_group_backend, shapes=_SHAPES["fabric:pg"], params=("device",)),
             ),
         ),
         Seam(
             f"{pkg}.strategies.ddp",
             "DDPStrategy.setup_module",
             why="DDP on a registry backend is built without torch.cuda.Stream",
-            adapters=(Adapter("2.2-2.6", _setup_module, shapes=_SHAPES["fabric:ddp"]),),
+            adapters=(Adapter(RELEASES, _setup_module, shapes=_SHAPES["fabric:ddp"]),),
         ),
         _deepspeed_seam(pkg),
         Seam(
             f"{pkg}.accelerators.registry",
             "_AcceleratorRegistry.register",
             why="an accelerator package registering a name accelreg registered replaces accelreg's entry",
-            adapters=(Adapter("public", _register, params=("self", "name", "accelerator", "description")),),
+            adapters=(Adapter(RELEASES, _register, params=("self", "name", "accelerator", "description")),),
         ),
     ]
 
@@ -338,7 +340,7 @@ def _trainer_seams(pkg: str) -> list[Seam]:
             f"{pkg}.strategies.ddp",
             "DDPStrategy._setup_model",
             why="DDP on a registry backend is built without torch.cuda.Stream",
-            adapters=(Adapter("2.2-2.6", _setup_model, shapes=_SHAPES["trainer:ddp"]),),
+            adapters=(Adapter(RELEASES, _setup_model, shapes=_SHAPES["trainer:ddp"]),),
         ),
         _deepspeed_seam(pkg),
     ]
@@ -351,7 +353,7 @@ def _deepspeed_seam(pkg: str) -> Seam:
         "DeepSpeedStrategy.setup_environment",
         why="the DeepSpeed strategies (deepspeed, deepspeed_stage_2/_3, offload) run on a registry "
         "accelerator, not only Lightning's CUDA one",
-        adapters=(Adapter("2.2-2.6", _deepspeed_setup_environment, shapes=_SHAPES["deepspeed:env"]),),
+        adapters=(Adapter(RELEASES, _deepspeed_setup_environment, shapes=_SHAPES["deepspeed:env"]),),
     )
 
 
@@ -363,19 +365,19 @@ def _connector_seams(module: str, cls: str, half: str) -> list[Seam]:
             module,
             f"{cls}._choose_auto_accelerator",
             why='accelerator="auto" follows the registry\'s priority (cpu only when the registry says cpu)',
-            adapters=(Adapter("2.2-2.6", _choose_auto_accelerator, shapes=_SHAPES[f"{half}:auto"]),),
+            adapters=(Adapter(RELEASES, _choose_auto_accelerator, shapes=_SHAPES[f"{half}:auto"]),),
         ),
         Seam(
             module,
             f"{cls}._choose_strategy",
             why="one device of a registry backend gets a single-device strategy on that device, not the cpu",
-            adapters=(Adapter("2.2-2.6", _choose_strategy, shapes=_SHAPES[f"{half}:strategy"]),),
+            adapters=(Adapter(RELEASES, _choose_strategy, shapes=_SHAPES[f"{half}:strategy"]),),
         ),
         Seam(
             module,
             f"{cls}._check_and_init_precision",
             why="mixed precision autocasts on the registry backend's device type, not cuda",
-            adapters=(Adapter("2.2-2.6", _check_and_init_precision, shapes=_SHAPES[f"{half}:precision"]),),
+            adapters=(Adapter(RELEASES, _check_and_init_precision, shapes=_SHAPES[f"{half}:precision"]),),
         ),
     ]
 
@@ -444,7 +446,7 @@ def registered_names(flavor: str = "lightning") -> dict[str, list[str]]:
 
 # -- the integrations -----------------------------------------------------------------------
 def integration_for(flavor: Flavor) -> Integration:
-    """The :class:`~accelreg.integrations._seams.Integration` of one Lightning import name."""
+    """The :class:`~accelreg.integrations.seams.Integration` of one Lightning import name."""
     seams: list[Seam] = []
     if flavor.fabric:
         seams += _fabric_seams(flavor.fabric)
@@ -453,7 +455,9 @@ def integration_for(flavor: Flavor) -> Integration:
     return Integration(
         name=flavor.name,
         distribution=flavor.installed_distribution(),
-        supported=_SUPPORTED,
+        trigger=flavor.top,
+        releases=RELEASES,
+        tested=TESTED,
         seams=seams,
         scan_prefixes=(flavor.top,) + (("pytorch_lightning",) if flavor.top == "lightning_fabric" else ()),
         on_enable=lambda: _register_names(flavor),

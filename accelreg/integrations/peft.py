@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import registry
 from ..resolution import current_in_use
-from ._seams import Adapter, Integration, Seam
+from .seams import Adapter, Integration, Seam
 
 __all__ = ["INTEGRATION", "disable", "enable", "enabled"]
 
@@ -37,7 +37,9 @@ def _infer_device(original: Any) -> Any:
 INTEGRATION = Integration(
     name="peft",
     distribution="peft",
-    supported=">=0.17,<0.22",
+    trigger="peft",
+    releases=">=0.17,<0.22",
+    tested={"oldest": "0.17.1", "middle": "0.19.1", "newest": "0.21.2"},
     seams=[
         Seam(
             "peft.utils.other",
@@ -52,7 +54,7 @@ INTEGRATION = Integration(
                 "peft.tuners.lora.monteclora",
             ),
             why="stage adapter weights on the registry's backend (not cuda-first)",
-            adapters=(Adapter("0.17-0.21", _infer_device, shapes=("1a138aaf7722ef16",)),),
+            adapters=(Adapter(">=0.17,<0.22", _infer_device, shapes=("1a138aaf7722ef16",)),),
         )
     ],
     scan_prefixes=("peft", "transformers"),

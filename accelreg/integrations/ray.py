@@ -45,11 +45,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .. import registry
+from .. import flags, registry
 from ..registry import DEVICE_ID_VAR
 from ..registry.probing import package_installed
 from ..types import BackendSpec
-from ._seams import Adapter, Integration, Seam
+from .seams import Adapter, Integration, Seam
 
 __all__ = [
     "INTEGRATION",
@@ -65,7 +65,6 @@ log = logging.getLogger("accelreg.integrations.ray")
 #: The opt-in variable of :mod:`accelreg.launch.startup` (a layer above this one): set in the
 #: environment of the raylets this process starts, so their workers install accelreg too.
 AUTO_INSTALL_VAR = "ACCELREG_AUTO_INSTALL"
-_YES = ("1", "true", "yes", "on")
 
 _ACCELERATORS = "ray._private.accelerators"
 _UTILS = "ray._private.utils"
@@ -197,7 +196,7 @@ def _visible_ids(resource: str) -> list[str] | None:
 def _set_visible(resource: str, ids: list[Any]) -> None:
     var = _spec(resource).visible_devices_var
     assert var is not None
-    if os.environ.get(f"RAY_EXPERIMENTAL_NOSET_{var}", "").strip().lower() in _YES:
+    if flags.env_switch(f"RAY_EXPERIMENTAL_NOSET_{var}"):
         return  # Ray's own opt-out, spelled for this variable
     os.environ[var] = ",".join(str(i) for i in ids)
 
@@ -444,32 +443,36 @@ def _status(integ: Integration, out: dict[str, Any]) -> None:
     out["note"] += f"; offers the registry's backends to Ray as {listed or 'nothing'}"
 
 
+#: The releases Ray Core's seams (and Ray Train's, in ray_train.py) serve, and the matrix runs.
+RELEASES = ">=2.50,<2.61"
+TESTED = {"oldest": "2.50.1", "middle": "2.55.1", "newest": "2.60.0"}
+
 INTEGRATION = Integration(
     name="ray",
     distribution="ray",
-    supported=">=2.50,<2.61",
+    trigger="ray",
+    releases=RELEASES,
+    tested=TESTED,
     seams=[
         Seam(
             _ACCELERATORS,
             "get_all_accelerator_managers",
             why="add an accelerator manager for each backend of the registry (Ray's list is fixed)",
-            adapters=(Adapter("2.50-2.60", _get_all_accelerator_managers, params=(), probe=_lists_managers),),
+            adapters=(Adapter(RELEASES, _get_all_accelerator_managers, params=(), probe=_lists_managers),),
             instead="start Ray with the devices declared by hand: ray start --resources '{\"NPU\": 2}'",
         ),
         Seam(
             _ACCELERATORS,
             "get_accelerator_manager_for_resource",
             why="answer a registry backend's resource with accelreg's manager (Ray's own where it finds devices)",
-            adapters=(
-                Adapter("2.50-2.60", _get_accelerator_manager_for_resource, params=("resource_name",)),
-            ),
+            adapters=(Adapter(RELEASES, _get_accelerator_manager_for_resource, params=("resource_name",)),),
             instead="start Ray with the devices declared by hand and set the visible-devices variable in each task",
         ),
         Seam(
             _UTILS,
             "set_visible_accelerator_ids",
             why="name the task's device for resolve() and make the registry see the task's mask",
-            adapters=(Adapter("2.50-2.60", _set_visible_accelerator_ids, shapes=_SET_VISIBLE),),
+            adapters=(Adapter(RELEASES, _set_visible_accelerator_ids, shapes=_SET_VISIBLE),),
             instead="call accelreg.registry.refresh() at the start of each task",
         ),
         Seam(
@@ -478,7 +481,7 @@ INTEGRATION = Integration(
             why="make the registry see the worker's mask again after a task",
             adapters=(
                 Adapter(
-                    "2.50-2.60",
+                    RELEASES,
                     _reset_visible_accelerator_env_vars,
                     shapes=_RESET_VISIBLE,
                     params=("original_visible_accelerator_env_vars",),
@@ -490,7 +493,7 @@ INTEGRATION = Integration(
             _SERVICES,
             "start_raylet",
             why="the raylet's workers install accelreg (ACCELREG_AUTO_INSTALL=1); report failing backends",
-            adapters=(Adapter("2.50-2.60", _start_raylet, params=("env_updates",)),),
+            adapters=(Adapter(RELEASES, _start_raylet, params=("env_updates",)),),
             instead="start the node with accelreg run -- ray start ..., or set ACCELREG_AUTO_INSTALL=1 for it",
         ),
     ],

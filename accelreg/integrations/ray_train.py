@@ -36,7 +36,7 @@ from .. import queries, registry
 from ..registry import Backend
 from ..resolution import resolve
 from . import ray as ray_core
-from ._seams import Adapter, Integration, Seam
+from .seams import Adapter, Integration, Seam
 
 __all__ = ["INTEGRATION", "collective_backend", "disable", "enable", "enabled", "registry_device_manager"]
 
@@ -195,7 +195,9 @@ def _on_disable() -> None:
 INTEGRATION = Integration(
     name="ray_train",
     distribution="ray",
-    supported=">=2.50,<2.61",
+    trigger="ray.train.torch",
+    releases=ray_core.RELEASES,
+    tested=ray_core.TESTED,
     seams=[
         Seam(
             _DEVICE_MANAGER,
@@ -203,7 +205,9 @@ INTEGRATION = Integration(
             importers=("ray.air._internal.torch_utils", "ray.train.torch.train_loop_utils"),
             why="a Train worker given a registry backend's units trains on accelreg.resolve()",
             adapters=(
-                Adapter("2.50-2.60", _get_torch_device_manager_by_context, shapes=("1d62aad49afd1976",)),
+                Adapter(
+                    ray_core.RELEASES, _get_torch_device_manager_by_context, shapes=("1d62aad49afd1976",)
+                ),
             ),
             instead="move the model to accelreg.resolve() yourself (prepare_model(model, move_to_device=accelreg.resolve()))",
         ),
@@ -213,7 +217,7 @@ INTEGRATION = Integration(
             why="Train 2's TorchTrainer picks the registry backend's collectives (it fixes gloo before any seam sees it)",
             adapters=(
                 Adapter(
-                    "2.50-2.60",
+                    ray_core.RELEASES,
                     _trainer_init,
                     params=("self", "train_loop_per_worker", "torch_config", "scaling_config"),
                 ),
@@ -224,7 +228,9 @@ INTEGRATION = Integration(
             _CONFIG,
             "_TorchBackend.on_start",
             why="the process group uses the registry backend's collectives (not gloo)",
-            adapters=(Adapter("2.50-2.60", _on_start, params=("self", "worker_group", "backend_config")),),
+            adapters=(
+                Adapter(ray_core.RELEASES, _on_start, params=("self", "worker_group", "backend_config")),
+            ),
             instead="pass TorchConfig(backend=accelreg.dist_backend()) to the TorchTrainer",
         ),
     ],

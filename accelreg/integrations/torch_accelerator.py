@@ -37,9 +37,9 @@ from .. import registry
 from ..errors import AccelregError
 from ..registry import Snapshot
 from ..registry.containment import inside_plugin
-from ._seams import Adapter, Integration, Seam, original
+from .seams import Adapter, Integration, Seam, original
 
-__all__ = ["INTEGRATION", "disable", "enable", "enabled", "registry_answer", "report"]
+__all__ = ["INTEGRATION", "RELEASES", "disable", "enable", "enabled", "registry_answer", "report"]
 
 
 def registry_answer(snap: Snapshot, theirs: Any) -> Any:
@@ -167,19 +167,28 @@ def _why(snap: Snapshot, current: Any, theirs: str | None) -> str:
     return f"torch.accelerator answers {theirs}, the registry chose {mine}: " + "; ".join(reasons)
 
 
+#: The torch releases this integration was verified with: the one every release set runs.
+#: ``torch.accelerator.current_accelerator`` exists since torch 2.6 and the seam is matched by its
+#: name and parameter, so an older or newer release is matched too, after the conflict report names it.
+RELEASES = ">=2.13,<2.14"
+
 INTEGRATION = Integration(
     name="torch_accelerator",
     distribution="torch",
-    supported=">=2.6",
+    trigger="torch.accelerator",
+    releases=RELEASES,
+    tested={"oldest": "2.13.0", "middle": "2.13.0", "newest": "2.13.0"},
     seams=[
         Seam(
             "torch.accelerator",
             "current_accelerator",
             why="torch.accelerator (and its device_count/is_available) answers the registry's backend",
-            adapters=(Adapter("2.6+", _current_accelerator),),
+            adapters=(Adapter(RELEASES, _current_accelerator, params=("check_available",)),),
         ),
     ],
     scan_prefixes=("torch.accelerator",),
+    # every process imports torch: its import must not make an armed process call install()
+    follower=True,
 )
 
 enable, disable, enabled = INTEGRATION.api()

@@ -1,7 +1,7 @@
 """transformers: ``from_pretrained(device_map=...)`` asks the registry.
 
 Seams, each with one adapter per known shape (transformers 4.57 and 5.0-5.25; private
-functions are matched by :func:`~accelreg.integrations._seams.shape`, see docs/compatibility.md):
+functions are matched by :func:`~accelreg.integrations.seams.shape`, see docs/compatibility.md):
 
 * ``integrations.accelerate.check_and_set_device_map`` — normalises ``device_map``. Upstream
   turns only the exact string ``"cuda"`` into ``cuda:LOCAL_RANK``, keeps ints and dict values
@@ -69,7 +69,7 @@ from .. import placement, planner, registry
 from ..errors import DeviceMapError, PlacementError
 from ..resolution import current_in_use, qualify, resolve
 from ..sizes import parse_size
-from ._seams import LIBRARIES, Adapter, Integration, Seam
+from .seams import LIBRARIES, Adapter, Integration, Seam
 
 __all__ = [
     "INTEGRATION",
@@ -381,7 +381,7 @@ def _kernelize(original: Any) -> Any:
     return kernelize
 
 
-#: Shapes (:func:`~accelreg.integrations._seams.shape`) of the private functions, per release
+#: Shapes (:func:`~accelreg.integrations.seams.shape`) of the private functions, per release
 #: family, read from every release in the window (docs/compatibility.md lists them).
 _CHECK_5 = ("35e14fb17d5bcc80",)  # 5.0-5.25
 _GET_5 = (
@@ -408,10 +408,16 @@ _KERNELIZE_ON_REQUEST = (
 )
 _HK = "transformers.integrations.hub_kernels"
 
+#: The releases the integration serves, and the two lines of them whose seams differ.
+RELEASES = "~=4.57.0 | >=5.0,<5.26"
+_V4, _V5 = "~=4.57.0", ">=5.0,<5.26"
+
 INTEGRATION = Integration(
     name="transformers",
     distribution="transformers",
-    supported="~=4.57.0 | >=5.0,<5.26",
+    trigger="transformers.modeling_utils",
+    releases=RELEASES,
+    tested={"oldest": "4.57.6", "middle": "5.3.0", "newest": "5.25.0"},
     seams=[
         Seam(
             _TIA,
@@ -419,13 +425,14 @@ INTEGRATION = Integration(
             importers=(_MU,),
             why="resolve ints, backend names and devices in device_map through the registry",
             adapters=(
-                Adapter("5.x", _check_and_set_device_map, shapes=_CHECK_5, params=("device_map",)),
+                Adapter(_V5, _check_and_set_device_map, shapes=_CHECK_5, params=("device_map",)),
                 Adapter(
-                    "4.57: inline in from_pretrained; _get_device_map qualifies",
+                    _V4,
                     None,
                     shapes=_GET_457,
                     module=_MU,
                     target="_get_device_map",
+                    note="inline in from_pretrained; _get_device_map qualifies",
                 ),
             ),
         ),
@@ -435,9 +442,9 @@ INTEGRATION = Integration(
             importers=(_MU,),
             why="plan strategies with accelreg.plan_device_map; validate user maps",
             adapters=(
-                Adapter("5.x", _get_device_map, shapes=_GET_5, params=_GET_PARAMS),
+                Adapter(_V5, _get_device_map, shapes=_GET_5, params=_GET_PARAMS),
                 Adapter(
-                    "4.57",
+                    _V4,
                     _get_device_map,
                     shapes=_GET_457,
                     params=(*_GET_PARAMS, "dtype", "keep_in_fp32_regex"),
@@ -451,21 +458,21 @@ INTEGRATION = Integration(
             importers=(_MU,),
             why="longest-dotted-prefix matching; no silent fallback",
             adapters=(
-                Adapter("5.x", _expand_device_map, shapes=_EXPAND_5, params=("device_map", "param_names")),
-                Adapter("4.57: exact prefixes already", None, shapes=_EXPAND_457, module=_MU),
+                Adapter(_V5, _expand_device_map, shapes=_EXPAND_5, params=("device_map", "param_names")),
+                Adapter(_V4, None, shapes=_EXPAND_457, module=_MU, note="exact prefixes already"),
             ),
         ),
         Seam(
             "transformers.quantizers.quantizer_bnb_8bit",
             "Bnb8BitHfQuantizer.update_device_map",
             why="default device of an 8-bit load from the registry",
-            adapters=(Adapter("all", _update_device_map, shapes=_BNB8, params=("self", "device_map")),),
+            adapters=(Adapter(RELEASES, _update_device_map, shapes=_BNB8, params=("self", "device_map")),),
         ),
         Seam(
             "transformers.quantizers.quantizer_bnb_4bit",
             "Bnb4BitHfQuantizer.update_device_map",
             why="default device of a 4-bit load from the registry",
-            adapters=(Adapter("all", _update_device_map, shapes=_BNB4, params=("self", "device_map")),),
+            adapters=(Adapter(RELEASES, _update_device_map, shapes=_BNB4, params=("self", "device_map")),),
         ),
         Seam(
             "transformers.quantizers.base",
@@ -482,15 +489,20 @@ INTEGRATION = Integration(
             "library does not run on keeps the model's torch layers instead of failing the load",
             adapters=(
                 Adapter(
-                    "5.25: by default",
+                    ">=5.25,<5.26",
                     _kernelize,
                     shapes=_KERNELIZE_DEFAULT,
                     params=("model", "mode", "kernel_config", "device_map"),
+                    note="by default",
                 ),
                 Adapter(
-                    "5.13-5.24: on request only", None, shapes=_KERNELIZE_ON_REQUEST, params=("model", "mode")
+                    ">=5.13,<5.25",
+                    None,
+                    shapes=_KERNELIZE_ON_REQUEST,
+                    params=("model", "mode"),
+                    note="on request only",
                 ),
-                Adapter("4.57-5.12: none", None, absent=True),
+                Adapter("~=4.57.0 | >=5.0,<5.13", None, absent=True),
             ),
             instead="pass from_pretrained(..., use_kernels=False) or set USE_HUB_KERNELS=0 where the kernels "
             "library does not run on your backend (accelreg.integrations.transformers.hub_kernels_support)",

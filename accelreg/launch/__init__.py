@@ -5,7 +5,7 @@
   ``ACCELREG_AUTO_INSTALL=1`` (the opt-in for jobs whose command cannot be wrapped): it arranges
   for :func:`accelreg.install` to run the moment the process first imports a host library, so
   launchers, ranks and scheduler workers ask the registry without user code. Elsewhere the
-  ``.pth`` line costs one environment lookup.
+  ``.pth`` line costs two environment lookups.
 * :mod:`.masks` — :func:`visible_devices_env` (the variable that makes chosen physical devices a
   job's logical devices 0..n-1, for any backend) and :func:`check_devices_exist`.
 * :mod:`.job` — :func:`run`, which applies both when devices are given and replaces the process

@@ -18,7 +18,7 @@ from ..errors import ConfigError, DeviceError
 from ..registry.visible import mask_value
 from ..resolution import current_in_use
 
-__all__ = ["check_devices_exist", "visible_devices_env"]
+__all__ = ["check_devices_exist", "ids_problem", "visible_devices_env"]
 
 
 def visible_devices_env(backend: str | None, ids: Sequence[int | str]) -> dict[str, str]:
@@ -26,8 +26,26 @@ def visible_devices_env(backend: str | None, ids: Sequence[int | str]) -> dict[s
 
     ``backend=None`` means the current backend. The value is checked with the backend's own
     parser, so it is one the runtime accepts. Raises :class:`DeviceError` for a backend that
-    has no visible-devices variable and :class:`ConfigError` for bad ids.
+    has no visible-devices variable and :class:`ConfigError` for bad ids
+    (:func:`ids_problem` says what is wrong with them without raising).
     """
+    mask = _mask(backend, ids)
+    if isinstance(mask, str):
+        raise ConfigError(mask)
+    return dict([mask])
+
+
+def ids_problem(backend: str | None, ids: Sequence[int | str]) -> str | None:
+    """What is wrong with ``ids`` as devices of ``backend`` (default: the current backend), as
+    its parser reads them, or ``None`` when :func:`visible_devices_env` accepts them. Raises what
+    it raises for anything but the ids (an unknown backend, one without a visible-devices
+    variable, a broken configuration)."""
+    mask = _mask(backend, ids)
+    return mask if isinstance(mask, str) else None
+
+
+def _mask(backend: str | None, ids: Sequence[int | str]) -> tuple[str, str] | str:
+    """``(variable, value)`` masking ``ids`` in, or what is wrong with the ids."""
     snap = registry.get()
     if backend is None:
         b = current_in_use(snap)
@@ -41,12 +59,16 @@ def visible_devices_env(backend: str | None, ids: Sequence[int | str]) -> dict[s
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
         raise TypeError(f"ids must be a sequence of device ids, got {type(ids).__name__}")
     if not ids:
-        raise ConfigError("ids is empty: a job needs at least one device")
-    value = mask_value(ids)
+        return "ids is empty: a job needs at least one device"
+    try:
+        value = mask_value(ids)
+    except ConfigError as exc:
+        return str(exc)
     parsed, problem = registry.parse_visible(b.spec, value)
     if problem is not None or parsed is None or len(parsed) != len(ids):
-        raise ConfigError(f"{var}={value!r} is not accepted by {b.name}: {problem or 'entries were dropped'}")
-    return {var: value}
+        why = (problem or "entries were dropped").removeprefix(f"{var}={value!r}: ")
+        return f"{b.name} does not accept the device ids {value!r} (as its {var}): {why}"
+    return var, value
 
 
 def check_devices_exist(backend: str | None, ids: Sequence[int | str]) -> None:

@@ -66,6 +66,14 @@ def _first_line(exc: BaseException, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def _cause(exc: BaseException) -> str:
+    """The first line of the innermost cause: huggingface_hub's validation errors wrap the
+    ``TypeError`` that says what is wrong."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return _first_line(exc)
+
+
 def _model_types() -> list[str]:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -84,13 +92,17 @@ def _guess_types(spec: str, types: list[str]) -> tuple[list[str], list[str], boo
     name = spec.strip().rstrip("/").rsplit("/", 1)[-1]
     words = [w for w in _WORD_BREAKS.split(name.lower()) if w]
     found: list[str] = []
+    whole = False  # every word is the type's name: a spelling of it (gpt-2, GPT2), not a Hub id
     for length in range(min(len(words), 4), 0, -1):
         for start in range(min(2, len(words) - length + 1)):
             for joiner in ("_", "-", ""):
                 candidate = joiner.join(words[start : start + length])
                 if candidate in known and candidate not in found:
                     found.append(candidate)
-    hub_like = "/" in spec or any(f != name.lower() for f in found)
+                    whole = whole or (length == len(words) and len(found) == 1)
+    hub_like = "/" in spec or (bool(found) and not whole)
+    if whole and not hub_like:
+        return found[:1], found, False  # gpt-2: gpt2 (and not also gptj, seggpt, ...)
     close = difflib.get_close_matches(name.lower(), types, n=5)
     if words:
         close += difflib.get_close_matches(words[0], types, n=3)
@@ -142,6 +154,69 @@ def _read_config_json(file: Path, shown: str) -> None:
         raise MetaModelError(
             f"{shown}: model type {model_type!r} is not in transformers {transformers.__version__}{hint}"
         )
+    _check_values(data, CONFIG_MAPPING[model_type], shown)
+
+
+#: The sizes that shape every transformers model, by the names transformers gives them everywhere
+#: (a config class maps its own onto them with ``attribute_map``: gpt2's ``n_embd`` is
+#: ``hidden_size``). Each must be a positive int where a config.json sets it.
+_SHAPE = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "head_dim",
+)
+
+
+def _check_values(data: dict[str, Any], config_class: Any, shown: str) -> None:
+    """Refuse, before transformers builds anything, the values of a config.json no model can be
+    built from: a shape size that is not a positive int (``"vocab_size": "big"``), text or a bool
+    where the type's default is a number, a hidden size the attention heads do not divide."""
+    try:
+        default = config_class()
+    except Exception:  # noqa: BLE001 - a type without a default config: only the shape is checked
+        default = None
+    own = dict(getattr(config_class, "attribute_map", None) or {})  # canonical name -> this type's
+    canonical = {name: key for key, name in own.items()}
+
+    def value(key: str) -> Any:
+        name = own.get(key, key)
+        if name in data:
+            return data[name]
+        return data[key] if key in data else getattr(default, name, None)
+
+    for key, given in data.items():
+        expected = getattr(default, key, None)
+        if canonical.get(key, key) in _SHAPE:
+            if given is None or (isinstance(given, int) and not isinstance(given, bool) and given > 0):
+                continue
+            raise MetaModelError(f"{shown}: {key} is {_short(given)}; it must be a positive integer")
+        number = isinstance(expected, (int, float)) and not isinstance(expected, bool)
+        if number and isinstance(given, (str, bool)):
+            raise MetaModelError(
+                f"{shown}: {key} is {_short(given)}, not a number (the default is {expected!r})"
+            )
+    hidden, heads = value("hidden_size"), value("num_attention_heads")
+    if (
+        isinstance(hidden, int)
+        and isinstance(heads, int)
+        and heads > 0
+        and hidden % heads
+        and data.get(own.get("head_dim", "head_dim")) is None  # a default head_dim is derived from them
+    ):
+        raise MetaModelError(
+            f"{shown}: {own.get('hidden_size', 'hidden_size')} ({hidden}) is not a multiple of "
+            f"{own.get('num_attention_heads', 'num_attention_heads')} ({heads}), the number of attention heads"
+        )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (str, bool)) or value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _config_for(spec: Any) -> tuple[Any, str]:
@@ -175,8 +250,8 @@ def _config_for(spec: Any) -> tuple[Any, str]:
     _read_config_json(file, repr(spec))
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
-    except (ValueError, OSError, TypeError, KeyError) as exc:
-        raise MetaModelError(f"transformers cannot read {spec!r}: {_first_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - transformers' own validation (strict dataclasses in 5.x), one line
+        raise MetaModelError(f"transformers cannot read {spec!r}: {_cause(exc)}") from None
     return config, f"{spec} ({config.model_type})"
 
 
@@ -199,10 +274,6 @@ def tasks_for(config: Any) -> list[str]:
     config object or a model type): ``tasks_for("bert")`` -> ``["causal-lm", "masked-lm", ...]``."""
     model_type = config if isinstance(config, str) else config.model_type
     return [task for task in TASKS if _class_names(task, model_type)]
-
-
-def _task_of(model_type: str, class_name: str) -> str | None:
-    return next((t for t in TASKS if class_name in _class_names(t, model_type)), None)
 
 
 def _model_class(given: Any, config: Any) -> Any:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import _warn
-from ..integrations import raise_recorded
+from ..deferred import raise_recorded
 from ..planner import no_split_classes, plan
 from ..planner.budgets import missing_devices
 from .build import build_meta_model

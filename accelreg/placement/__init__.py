@@ -21,11 +21,20 @@ from __future__ import annotations
 
 from ..registry.records import own_rule
 from .hooks import attach, detach, load_events
-from .rules import QUANT_METHODS, live_device, names_class, placement_rule, rule_for_module, target_device
+from .rules import (
+    QUANT_METHODS,
+    backend_of,
+    live_device,
+    names_class,
+    placement_rule,
+    rule_for_module,
+    target_device,
+)
 
 __all__ = [
     "QUANT_METHODS",
     "attach",
+    "backend_of",
     "detach",
     "live_device",
     "load_events",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["parse_dtype"]
+__all__ = ["DTYPE_NAMES", "parse_dtype"]
 
 _ALIASES = {
     "float16": "float16",
@@ -24,6 +24,10 @@ _ALIASES = {
     "float8_e5m2": "float8_e5m2",
     "fp8": "float8_e4m3fn",
 }
+
+#: Every name :func:`parse_dtype` accepts (without ``torch.``), known without importing torch: a
+#: command checks ``--dtype`` before it builds anything.
+DTYPE_NAMES = (*_ALIASES, "auto")
 
 
 def parse_dtype(dtype: Any, model: Any = None) -> Any:

@@ -25,13 +25,25 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _warn
-from ..config import check_explicit
+from ..config import Settings, check_explicit, load_settings
 from ..errors import PluginError
-from .containment import ProbeTimeout, call_with_timeout, check_not_inside_plugin, runner
+from .containment import ProbeTimeout, acquire, call_with_timeout, check_not_inside_plugin, runner
 from .loading import ENTRY_POINT_GROUP, SELF, Plugin
 from .probing import Backend, Probed, parse_visible
 from .records import RESERVED
-from .snapshot import DEVICE_ID_VAR, LAUNCHER_VARS, LOCAL_RANK_VARS, LOCAL_SIZE_VARS, Snapshot
+from .snapshot import (
+    DEVICE_ID_VAR,
+    LAUNCHER_VARS,
+    LOCAL_RANK_VARS,
+    LOCAL_SIZE_VARS,
+    SLURM_LAUNCHER_VARS,
+    SLURM_LOCAL_RANK_VARS,
+    SLURM_LOCAL_SIZE_VARS,
+    SLURM_STEP_VAR,
+    Snapshot,
+    in_slurm_step,
+    slurm_tasks_on_node,
+)
 
 __all__ = [
     "DEVICE_ID_VAR",
@@ -41,6 +53,10 @@ __all__ = [
     "LOCAL_SIZE_VARS",
     "RESERVED",
     "SELF",
+    "SLURM_LAUNCHER_VARS",
+    "SLURM_LOCAL_RANK_VARS",
+    "SLURM_LOCAL_SIZE_VARS",
+    "SLURM_STEP_VAR",
     "Backend",
     "Plugin",
     "ProbeTimeout",
@@ -50,15 +66,23 @@ __all__ = [
     "configure",
     "get",
     "if_current",
+    "in_slurm_step",
     "on_reset",
     "parse_visible",
     "refresh",
     "register",
     "reset",
+    "settings",
+    "slurm_tasks_on_node",
     "unregister",
 ]
 
+#: Guards the published state below; held only briefly, never while plugin code runs.
 _lock = threading.RLock()
+#: Held by the thread building the shared snapshot (plugin code runs then).
+_building = threading.Lock()
+#: Counts drops: a snapshot whose build began before a drop is not published.
+_generation = 0
 _snapshot: Snapshot | None = None
 _explicit: dict[str, Any] = {}
 _registered: dict[str, Any] = {}
@@ -78,12 +102,44 @@ def get() -> Snapshot:
 
 
 def _build() -> Snapshot:
+    """Build the snapshot and publish it, unless a drop came in between or a plugin's module was
+    still being imported (then the caller still gets the one it built, consistent in itself).
+
+    One thread builds at a time; the others wait for it and take its snapshot. A thread inside
+    an import never waits (the builder's plugin imports might be waiting for this thread's
+    import lock): when another thread is building, it builds a snapshot of its own, used for
+    its query and not published (see docs/design-notes.md, "The start-up hook never waits for
+    an import").
+    """
     global _snapshot
     check_not_inside_plugin()
+    shared = acquire(_building)
+    try:
+        with _lock:
+            if _snapshot is not None:
+                return _snapshot
+            explicit, registered, generation = dict(_explicit), dict(_registered), _generation
+        snap = Snapshot(explicit, registered)
+        if shared and not snap.provisional:
+            with _lock:
+                if _snapshot is None and generation == _generation:
+                    _snapshot = snap
+        return snap
+    finally:
+        if shared:
+            _building.release()
+
+
+def settings() -> Settings:
+    """The effective settings (:class:`~accelreg.config.Settings`) without loading a plugin:
+    the snapshot's when one is built, else read now from the same sources. Cheap enough for
+    code that runs inside an import (``install()`` reads strict mode this way)."""
+    snap = _snapshot
+    if snap is not None:
+        return snap.settings
     with _lock:
-        if _snapshot is None:
-            _snapshot = Snapshot(dict(_explicit), dict(_registered))
-        return _snapshot
+        explicit = dict(_explicit)
+    return load_settings(explicit)
 
 
 def on_reset(callback: Callable[[], None]) -> None:
@@ -107,9 +163,10 @@ def if_current(snap: Snapshot, action: Callable[[], None]) -> bool:
 
 
 def _drop() -> None:
-    global _snapshot
+    global _snapshot, _generation
     with _lock:
         _snapshot = None
+        _generation += 1
         for callback in _listeners:
             callback()
 
@@ -188,8 +245,9 @@ def _after_fork_in_child() -> None:
     is per-process is dropped: resolve()'s cache (it holds current-device answers) and every
     lock, which another thread of the parent may have held at the moment of the fork.
     """
-    global _lock
+    global _lock, _building
     _lock = threading.RLock()
+    _building = threading.Lock()
     runner.after_fork()
     snap = _snapshot
     if snap is not None:

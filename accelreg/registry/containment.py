@@ -5,6 +5,11 @@ Everything a plugin raises is caught here, ``SystemExit`` included (a plugin cal
 ``sys.exit()`` must not end the caller's process); ``KeyboardInterrupt`` still propagates.
 Messages are built from exact ``str`` copies, so an answer whose ``repr()`` raises or an
 exception whose ``str()`` raises is described, not re-raised.
+
+A thread inside an import (:func:`accelreg.importwatch.importing`) runs plugin code itself,
+without the probe thread and its timeout, and never waits for a lock that a thread running
+plugin code may hold (:func:`acquire`): it holds an import lock that the probe thread's own
+imports could be waiting for, so waiting in turn would last until the probe timed out.
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..importwatch import importing
+
 __all__ = [
     "CONTAINED",
     "Nonsense",
     "ProbeTimeout",
     "Reentry",
+    "acquire",
     "call_inline",
     "call_with_timeout",
     "check_not_inside_plugin",
@@ -157,8 +165,25 @@ runner = _Runner()
 
 
 def call_with_timeout(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
-    """Run ``fn(*args)`` on the probe thread; raise :class:`ProbeTimeout` past ``timeout``."""
+    """Run ``fn(*args)`` on the probe thread; raise :class:`ProbeTimeout` past ``timeout``.
+
+    In a thread that is inside an import, ``fn`` runs in that thread, without a timeout: the
+    probe thread's imports could wait for this thread's import lock until they timed out.
+    """
+    if importing():
+        return _run_marked(fn, args)
     return runner.call(fn, args, timeout)
+
+
+def acquire(lock: Any) -> bool:
+    """Take ``lock`` (a ``threading.Lock``) for work that runs plugin code; returns whether it
+    was taken. A thread inside an import takes it only if it is free now, and otherwise does the
+    work without it (and keeps the result to itself): whoever holds it may be waiting, through
+    the probe thread, for this thread's import lock."""
+    if importing():
+        return bool(lock.acquire(blocking=False))
+    lock.acquire()
+    return True
 
 
 # -- describing what plugin code raised or returned -----------------------------------------

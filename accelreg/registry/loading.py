@@ -20,6 +20,7 @@ accelreg) is ignored, as pluggy does; an unmarked one is a failure of that plugi
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -27,12 +28,11 @@ from typing import Any, NamedTuple
 
 import pluggy
 
-from .. import hookspecs
+from .. import entrypoints, hookspecs
 from ..builtin import BUILTIN_MODULES
 from ..config import Settings
-from . import entrypoints
+from ..entrypoints import norm
 from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout
-from .entrypoints import norm
 
 __all__ = ["ENTRY_POINT_GROUP", "SELF", "Loaded", "Plugin", "call_hook", "load"]
 
@@ -63,6 +63,9 @@ class Loaded:
     #: ``(plugin, distribution, why)`` of plugins the settings kept out (never imported).
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    #: A plugin module was still being imported (the host library whose import builds this
+    #: registry was imported by that module): it may not hold all its hooks yet.
+    provisional: bool = False
 
     def implementations(self, hook: str) -> Iterator[tuple[Plugin, Callable[..., Any]]]:
         """Each plugin's implementation of ``hook``, in pluggy's call order, so each can be
@@ -151,6 +154,7 @@ def _import_all(settings: Settings, registered: Mapping[str, Any], loaded: Loade
                 (Plugin(ep.name, None, ep.distribution, ep.version, builtin), "import", exc)
             )
             continue
+        loaded.provisional |= _still_importing(ep.value)
         plugins.append(Plugin(ep.name, obj, ep.distribution, ep.version, builtin))
     if not have_builtins:
         # Running from a source tree that was never installed: no entry points exist.
@@ -162,6 +166,14 @@ def _import_all(settings: Settings, registered: Mapping[str, Any], loaded: Loade
             continue
         plugins.append(Plugin(name, obj, "<registered>", "", False))
     return plugins
+
+
+def _still_importing(value: str) -> bool:
+    """Whether the module an entry point names is still being imported (by this thread: an
+    import in another thread would have been waited for). Its code may not have defined every
+    hook yet."""
+    module = sys.modules.get(value.split(":", 1)[0].strip())
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
 def _register(pm: pluggy.PluginManager, plugin: Plugin) -> BaseException | None:

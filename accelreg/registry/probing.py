@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import DeviceError
 from ..types import Availability, BackendInfo, BackendSpec, MemoryInfo, PluginFailure
-from .containment import CONTAINED, Nonsense, call_inline, call_with_timeout, describe, safe_repr, safe_str
+from .containment import (
+    CONTAINED,
+    Nonsense,
+    acquire,
+    call_inline,
+    call_with_timeout,
+    describe,
+    safe_repr,
+    safe_str,
+)
 from .visible import parse_visible_devices
 
 if TYPE_CHECKING:
@@ -214,10 +223,14 @@ class Backend:
         """Availability, device count and visible devices, probed once."""
         probed = self._probed
         if probed is None:
-            with self._lock:
+            if not acquire(self._lock):  # inside an import, another thread probing: never wait
+                return self._probe()
+            try:
                 probed = self._probed
                 if probed is None:
                     probed = self._probed = self._probe()
+            finally:
+                self._lock.release()
         return probed
 
     def _probe(self) -> Probed:
@@ -357,10 +370,14 @@ class Backend:
         """
         presence = self._presence
         if presence is _UNSET:
-            with self._presence_lock:
+            if not acquire(self._presence_lock):  # as in probe(): an importing thread never waits
+                return self._find_presence()
+            try:
                 presence = self._presence
                 if presence is _UNSET:
                     presence = self._presence = self._find_presence()
+            finally:
+                self._presence_lock.release()
         return presence
 
     def _find_presence(self) -> str | None:
@@ -387,7 +404,7 @@ class Backend:
                 return why
         var = self.spec.visible_devices_var
         value = snap.environ.get(var) if var else None
-        if value is not None and value.strip():
+        if value is not None and value.strip() and not _set_by_slurm(snap.environ, value):
             probed = self.probe()
             if probed.visible_error is not None or probed.visible:
                 return f"{var}={value!r} is set"
@@ -422,6 +439,14 @@ class Backend:
         """Fresh locks in a forked child (another thread may have held one at the fork)."""
         self._lock = threading.Lock()
         self._presence_lock = threading.Lock()
+
+
+def _set_by_slurm(environ: Any, value: str) -> bool:
+    """Whether a mask holds the value Slurm writes into every GPU runtime's variable for a job's
+    ``gpu`` GRES (``GPU_DEVICE_ORDINAL`` and the others alike, whatever hardware the node has):
+    Slurm's bookkeeping, no sign that this backend's hardware is here."""
+    slurm = environ.get("SLURM_STEP_GPUS") is not None or environ.get("SLURM_JOB_GPUS") is not None
+    return slurm and value == environ.get("GPU_DEVICE_ORDINAL")
 
 
 def _check_presence(value: Any) -> str | None:

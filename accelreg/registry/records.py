@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._text import short
 from ..config import NAME_RE
-from ..types import BackendSpec, PlacementRule
+from ..types import BackendSpec, HardwareSignature, PlacementRule
 from .containment import CONTAINED, Nonsense, describe, safe_repr
 
 if TYPE_CHECKING:
@@ -31,6 +31,9 @@ _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _RAY_RESOURCE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 #: Ray's own resources that are not accelerators: a backend cannot be offered under these names.
 RAY_RESERVED = frozenset({"CPU", "memory", "object_store_memory"})
+#: A Slurm GRES name (``gpu``, ``npu``, ``mlu``): what ``Gres=`` in ``slurm.conf`` may declare.
+_GRES = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+_MAX_GRES = 8
 _PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,7}")
 _OPTIONAL_CALLABLES = (
     "current_index",
@@ -89,20 +92,126 @@ def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
         if not isinstance(value, str) or not pattern.fullmatch(value):
             raise Nonsense(f"{field_name} {safe_repr(value)} of {name!r} is not {what}")
         values[field_name] = str.__str__(value)
+    if "vllm_platform" in values:
+        values["vllm_platform"] = _vllm_platforms(values["vllm_platform"], name)
     if values.get("ray_resource") in RAY_RESERVED:
         raise Nonsense(f"ray_resource {values['ray_resource']!r} of {name!r} is one of Ray's own resources")
+    if "gres" in values:  # a field of a later accelreg on this version
+        values["gres"] = _gres(values["gres"], name)
     for field_name in ("is_available", "device_count"):
         if not callable(values[field_name]):
             raise Nonsense(f"{field_name} of {name!r} is not callable")
     for field_name in _OPTIONAL_CALLABLES:
         if field_name in values and values[field_name] is not None and not callable(values[field_name]):
             raise Nonsense(f"{field_name} of {name!r} is not callable")
+    if values.get("hardware") is not None:
+        values["hardware"] = _own_hardware(values["hardware"], name)
     if not isinstance(values["indexed"], bool):
         raise Nonsense(f"indexed of {name!r} must be True or False, got {safe_repr(values['indexed'])}")
     if not isinstance(values["description"], str):
         raise Nonsense(f"description of {name!r} must be a string")
     values["description"] = str.__str__(values["description"])[:200]
     return BackendSpec(**values)
+
+
+def _gres(value: Any, name: str) -> tuple[str, ...] | None:
+    """``gres``: ``None``, or a tuple/list of at most 8 distinct Slurm GRES names."""
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)) or len(value) > _MAX_GRES:
+        raise Nonsense(
+            f"gres {safe_repr(value)} of {name!r} is not a tuple of at most {_MAX_GRES} GRES names"
+        )
+    names: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or not _GRES.fullmatch(item):
+            raise Nonsense(
+                f"gres {safe_repr(item)} of {name!r} is not a Slurm GRES name (letters, digits and _)"
+            )
+        item = str.__str__(item)
+        if item in names:
+            raise Nonsense(f"gres of {name!r} names {item!r} twice")
+        names.append(item)
+    return tuple(names)
+
+
+# -- hardware signatures ------------------------------------------------------------------
+_PCI_VENDOR = re.compile(r"0x[0-9a-fA-F]{4}")
+_PCI_CLASS = re.compile(r"0x(?:[0-9a-fA-F]{2}){1,3}")
+#: At most this many patterns of each kind, each at most 200 characters: a signature is a few
+#: cheap looks, never a scan.
+_MAX_PATTERNS = 16
+
+
+def _own_hardware(value: Any, name: str) -> HardwareSignature:
+    """A checked copy of ``BackendSpec.hardware``: absolute paths without ``..`` (looked up under
+    the root only), PCI ids in ``0x`` hex (lower-cased), short text, and something to look for."""
+    if not isinstance(value, HardwareSignature):
+        raise Nonsense(f"hardware of {name!r} is {safe_repr(value)}, not a HardwareSignature")
+    fields: dict[str, Any] = {}
+    for field_name, limit in (("what", 100), ("install", 200)):
+        text = getattr(value, field_name)
+        if not isinstance(text, str) or len(text) > limit or (field_name == "what" and not text.strip()):
+            raise Nonsense(
+                f"hardware.{field_name} of {name!r} must be a string of at most {limit} characters"
+            )
+        fields[field_name] = " ".join(str.__str__(text).split())
+    for field_name, check in (
+        ("device_nodes", _absolute),
+        ("files", _absolute),
+        ("pci_vendors", _PCI_VENDOR.fullmatch),
+        ("pci_classes", _PCI_CLASS.fullmatch),
+    ):
+        items = getattr(value, field_name)
+        if (
+            not isinstance(items, (tuple, list))
+            or len(items) > _MAX_PATTERNS
+            or not all(isinstance(i, str) and len(i) <= 200 and check(i) for i in items)
+        ):
+            raise Nonsense(f"hardware.{field_name} of {name!r} is not a tuple of {_WHAT[field_name]}")
+        fields[field_name] = tuple(
+            str.__str__(i).lower() if "pci" in field_name else str.__str__(i) for i in items
+        )
+    if not (fields["device_nodes"] or fields["files"] or fields["pci_vendors"]):
+        raise Nonsense(f"hardware of {name!r} names nothing to look for (device_nodes, files or pci_vendors)")
+    if fields["pci_classes"] and not fields["pci_vendors"]:
+        raise Nonsense(f"hardware.pci_classes of {name!r} narrows pci_vendors, which is empty")
+    return HardwareSignature(**fields)
+
+
+def _absolute(path: str) -> bool:
+    return path.startswith("/") and ".." not in path.split("/") and "\0" not in path
+
+
+_WHAT = {
+    "device_nodes": "absolute paths or glob patterns (no '..')",
+    "files": "absolute paths or glob patterns (no '..')",
+    "pci_vendors": "PCI vendor ids such as '0x19e5'",
+    "pci_classes": "PCI class prefixes such as '0x12' or '0x0302'",
+}
+
+
+#: A vLLM platform's name (an entry-point name or one of vLLM's own) or a class path.
+_VLLM_PLATFORM = re.compile(
+    r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){1,15}"
+)
+
+
+def _vllm_platforms(value: Any, name: str) -> tuple[str, ...] | None:
+    """``vllm_platform`` as the registry keeps it: ``None``, or a tuple of 1-8 names."""
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)) or not 1 <= len(names) <= 8:
+        raise Nonsense(
+            f"vllm_platform of {name!r} must be a name or a tuple of 1-8 names, got {safe_repr(value)}"
+        )
+    for item in names:
+        if not isinstance(item, str) or not _VLLM_PLATFORM.fullmatch(item):
+            raise Nonsense(
+                f"vllm_platform {safe_repr(item)} of {name!r} is not a vLLM platform name or a platform class path"
+            )
+    return tuple(str.__str__(item) for item in names)
 
 
 # -- placement rules ----------------------------------------------------------------------

@@ -11,22 +11,35 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import threading
 from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from .. import _warn
+from .. import _warn, flags
 from ..config import Settings, load_settings
+from ..entrypoints import norm
 from ..errors import ConfigError, DeviceError, PluginConflictError, PluginError
 from ..types import BackendSpec, PlacementRule, PluginFailure
-from .containment import CONTAINED, Nonsense, describe, safe_str
-from .entrypoints import norm
+from .containment import CONTAINED, Nonsense, acquire, describe, safe_str
 from .loading import Plugin, call_hook, load
 from .probing import Backend
 from .records import own_rule, own_spec
 
-__all__ = ["DEVICE_ID_VAR", "LAUNCHER_VARS", "LOCAL_RANK_VARS", "LOCAL_SIZE_VARS", "Snapshot"]
+__all__ = [
+    "DEVICE_ID_VAR",
+    "LAUNCHER_VARS",
+    "LOCAL_RANK_VARS",
+    "LOCAL_SIZE_VARS",
+    "SLURM_LAUNCHER_VARS",
+    "SLURM_LOCAL_RANK_VARS",
+    "SLURM_LOCAL_SIZE_VARS",
+    "SLURM_STEP_VAR",
+    "Snapshot",
+    "in_slurm_step",
+    "slurm_tasks_on_node",
+]
 
 #: Variables launchers set to tell a process its rank on the node, in order of trust.
 LOCAL_RANK_VARS = (
@@ -49,17 +62,29 @@ LOCAL_SIZE_VARS = (
 #: It takes precedence over a local rank (a Ray Train worker's ``LOCAL_RANK`` counts workers on
 #: the node, not the devices its own mask shows).
 DEVICE_ID_VAR = "ACCELREG_DEVICE_ID"
+_RUN_VAR = "ACCELREG_RUN"
 #: Any of these set means a launcher started this process as part of a job (``ACCELREG_RUN``:
-#: ``accelreg run``, for every process of its command; ``ACCELREG_DEVICE_ID``: a scheduler gave
-#: it devices).
+#: ``accelreg run``, for every process of its command, when it holds an on word;
+#: ``ACCELREG_DEVICE_ID``: a scheduler gave it devices).
 LAUNCHER_VARS = (
     *LOCAL_RANK_VARS,
     "RANK",
     "WORLD_SIZE",
     *LOCAL_SIZE_VARS,
-    "ACCELREG_RUN",
+    _RUN_VAR,
     DEVICE_ID_VAR,
 )
+#: Slurm sets it in every task of a job step (``srun``, also inside ``sbatch``), and not in a batch
+#: script's own shell, which is no rank: Slurm's task variables count only where it is set.
+SLURM_STEP_VAR = "SLURM_STEP_ID"
+#: A Slurm task's rank on its node (inside a step): a local rank, after the launchers' own.
+SLURM_LOCAL_RANK_VARS = ("SLURM_LOCALID",)
+#: Slurm's task counts that bound a Slurm local rank, after the step's tasks on this node
+#: (``SLURM_STEP_TASKS_PER_NODE`` at ``SLURM_NODEID``, see :func:`slurm_tasks_on_node`).
+SLURM_LOCAL_SIZE_VARS = ("SLURM_NTASKS_PER_NODE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+#: Any of these set inside a step means Slurm started this process as a task of a job.
+SLURM_LAUNCHER_VARS = ("SLURM_LOCALID", "SLURM_PROCID")
+_TASKS_PER_NODE = re.compile(r"([0-9]{1,9})(?:\(x([0-9]{1,9})\))?")
 #: Failure stages after which an external plugin's backend is missing although it is installed.
 _LOAD_STAGES = ("import", "register", "accelreg_backends")
 
@@ -72,8 +97,63 @@ def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str,
     return None
 
 
+def _launcher(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The first launcher variable that is set; ``ACCELREG_RUN`` only with an on word
+    (:mod:`accelreg.flags`): ``ACCELREG_RUN=0`` says this process is not part of a job."""
+    for var in LAUNCHER_VARS:
+        found = _first_set(environ, (var,))
+        if found is not None and (var != _RUN_VAR or flags.parse(found[1])):
+            return found
+    return None
+
+
 def _local_rank(environ: Mapping[str, str]) -> tuple[str, str] | None:
-    return _first_set(environ, LOCAL_RANK_VARS)
+    found = _first_set(environ, LOCAL_RANK_VARS)
+    if found is None and in_slurm_step(environ):
+        found = _first_set(environ, SLURM_LOCAL_RANK_VARS)
+    return found
+
+
+def in_slurm_step(environ: Mapping[str, str]) -> bool:
+    """Whether this process is a task of a Slurm job step (``SLURM_STEP_ID`` set): the only
+    place where Slurm's task variables (``SLURM_LOCALID``, ``SLURM_PROCID``) name a rank."""
+    return bool((environ.get(SLURM_STEP_VAR) or "").strip())
+
+
+def slurm_tasks_on_node(environ: Mapping[str, str]) -> int | None:
+    """How many tasks of this Slurm step run on this node: entry ``SLURM_NODEID`` of
+    ``SLURM_STEP_TASKS_PER_NODE`` (``"2(x3),1"``: 2 on nodes 0-2, 1 on node 3); ``None`` outside
+    a step or when the variables are missing or malformed."""
+    if not in_slurm_step(environ):
+        return None
+    node, layout = (environ.get(v, "").strip() for v in ("SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE"))
+    if not node.isdecimal() or not layout:
+        return None
+    index = int(node)
+    for part in layout.split(","):
+        m = _TASKS_PER_NODE.fullmatch(part.strip())
+        if m is None:
+            return None
+        repeat = int(m.group(2) or 1)
+        if index < repeat:
+            return int(m.group(1))
+        index -= repeat
+    return None
+
+
+def _rank_bounds(
+    environ: Mapping[str, str], local_rank: tuple[str, str] | None
+) -> tuple[tuple[str, str], ...]:
+    """The process counts that bound ``local_rank``, from the same launcher: Slurm's for a
+    Slurm local rank (a torchrun started by ``srun -n1`` counts its own ranks), else the others."""
+    if local_rank is not None and local_rank[0] in SLURM_LOCAL_RANK_VARS:
+        on_node = slurm_tasks_on_node(environ)
+        found = [("SLURM_STEP_TASKS_PER_NODE", str(on_node))] if on_node is not None else []
+        names: tuple[str, ...] = SLURM_LOCAL_SIZE_VARS
+    else:
+        found, names = [], (*LOCAL_SIZE_VARS, "WORLD_SIZE")
+    found += [(var, environ[var]) for var in names if (environ.get(var) or "").strip()]
+    return tuple(found)
 
 
 def _distribution_installed(name: str) -> bool:
@@ -105,17 +185,16 @@ class Snapshot:
         self._rules_lock = threading.Lock()
         self._current: Backend | None = None
         self.local_rank = _local_rank(self.environ)
-        #: ``(variable, value)`` of every process-count variable a launcher set that bounds a
-        #: local rank (``LOCAL_WORLD_SIZE``, ..., ``WORLD_SIZE``), in that order.
-        self.rank_bounds = tuple(
-            (var, self.environ[var])
-            for var in (*LOCAL_SIZE_VARS, "WORLD_SIZE")
-            if (self.environ.get(var) or "").strip()
-        )
+        #: ``(variable, value)`` of every process-count variable the launcher of that local rank
+        #: set that bounds it (``LOCAL_WORLD_SIZE``, ..., ``WORLD_SIZE``; Slurm's task counts for
+        #: ``SLURM_LOCALID``), in that order.
+        self.rank_bounds = _rank_bounds(self.environ, self.local_rank)
         #: ``(variable, value)`` of ``ACCELREG_DEVICE_ID`` when it is set, or ``None``.
         self.device_id = _first_set(self.environ, (DEVICE_ID_VAR,))
         #: ``(variable, value)`` of the launcher variable that is set, or ``None``.
-        self.launcher = _first_set(self.environ, LAUNCHER_VARS)
+        self.launcher = _launcher(self.environ)
+        if self.launcher is None and in_slurm_step(self.environ):
+            self.launcher = _first_set(self.environ, SLURM_LAUNCHER_VARS)
         for problem in self.settings.errors:
             self.warn(f"configuration file skipped: {problem}", record=problem)
         for problem in self.settings.warnings:
@@ -125,6 +204,9 @@ class Snapshot:
         #: ``(plugin, distribution, why)`` of plugins the settings kept out.
         self.skipped: list[tuple[str, str, str]] = loaded.skipped
         self._loaded = loaded
+        #: Built while a plugin's module was still being imported: answers this query only
+        #: (the registry does not keep it; the next query builds again).
+        self.provisional = loaded.provisional
         for plugin, stage, exc in loaded.failures:
             self.fail(plugin, stage, exc)
         self.order: tuple[Backend, ...] = self._select()
@@ -324,24 +406,31 @@ class Snapshot:
         cached = self._rules.get(backend)
         if cached is not None:
             return cached
-        with self._rules_lock:
+        if not acquire(self._rules_lock):  # inside an import, another thread asking: never wait
+            return self._find_rules(backend)
+        try:
             cached = self._rules.get(backend)
             if cached is None:
-                found: list[tuple[Plugin, PlacementRule]] = []
-                for plugin, fn in self._loaded.implementations("accelreg_placement_rules"):
-                    try:
-                        rules = call_hook(plugin, fn, self.settings.probe_timeout, backend=backend)
-                    except CONTAINED as exc:
-                        self.fail(plugin, "accelreg_placement_rules", exc)
-                        continue
-                    for rule in rules:
-                        try:
-                            found.append((plugin, own_rule(rule)))
-                        except ValueError as exc:  # the rule's own problem, in words
-                            problem = f"yielded an invalid placement rule: {safe_str(exc)}"
-                            self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
-                        except CONTAINED as exc:
-                            problem = f"yielded a placement rule that cannot be read: {describe(exc)}"
-                            self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
-                cached = self._rules[backend] = tuple(found)
+                cached = self._rules[backend] = self._find_rules(backend)
+        finally:
+            self._rules_lock.release()
         return cached
+
+    def _find_rules(self, backend: str) -> tuple[tuple[Plugin, PlacementRule], ...]:
+        found: list[tuple[Plugin, PlacementRule]] = []
+        for plugin, fn in self._loaded.implementations("accelreg_placement_rules"):
+            try:
+                rules = call_hook(plugin, fn, self.settings.probe_timeout, backend=backend)
+            except CONTAINED as exc:
+                self.fail(plugin, "accelreg_placement_rules", exc)
+                continue
+            for rule in rules:
+                try:
+                    found.append((plugin, own_rule(rule)))
+                except ValueError as exc:  # the rule's own problem, in words
+                    problem = f"yielded an invalid placement rule: {safe_str(exc)}"
+                    self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
+                except CONTAINED as exc:
+                    problem = f"yielded a placement rule that cannot be read: {describe(exc)}"
+                    self.fail(plugin, "accelreg_placement_rules", Nonsense(problem))
+        return tuple(found)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 import accelreg
 from accelreg import registry
+from accelreg.integrations.vllm import check_declared
 from accelreg.types import PlacementRule
 
 __all__ = ["BackendConformance"]
@@ -22,6 +24,7 @@ _UNDER_MASK = """
 import json, sys
 import accelreg
 from accelreg import registry
+from accelreg.integrations.vllm import check_declared
 backend, settings = sys.argv[1], json.loads(sys.argv[2])
 if settings:
     accelreg.configure(**settings)
@@ -56,8 +59,8 @@ class BackendConformance:
     reason, device count, resolve round trips for every index, a tensor allocated and read
     back on each device, memory info consistent with an allocation, visible-devices parsing,
     the runtime's versions and each device's name (what ``accelreg env`` shows),
-    ``torch.<device_type>.is_available()`` answering (never raising), and well-formed placement
-    rules. One check starts fresh interpreters: under the backend's visible-devices variable
+    ``torch.<device_type>.is_available()`` answering (never raising), well-formed placement
+    rules, and the vLLM platform the backend declares, if any (installed, loads, imports). One check starts fresh interpreters: under the backend's visible-devices variable
     naming one device, the registry *and the runtime* (``torch.<device_type>.device_count()``)
     must see exactly that device — a runtime that ignores its mask would put every rank of a
     job on the same devices — and, where the devices' memory totals tell them apart, logical
@@ -305,3 +308,19 @@ class BackendConformance:
             for dev in (f"{self.backend}:0", "cpu", "disk"):
                 assert isinstance(rule.may_live_on(dev), bool)
         assert not [f for f in registry.get().failures if "placement" in f.stage]
+
+    def test_declared_vllm_platform_loads(self) -> None:
+        """A backend that declares a vLLM platform (``BackendSpec.vllm_platform``): with vLLM
+        installed, each declared platform is vLLM's own or an installed platform plugin, its
+        plugin loads and answers without raising, the platform class it names imports, and
+        (the backend being available) one of them is active. Skipped when the backend declares
+        none, when vLLM is not installed, and when a declared plugin is not installed here."""
+        self._info()
+        if not registry.get().backend(self.backend).spec.vllm_platform:
+            pytest.skip(f"{self.backend} declares no vLLM platform (accelreg's registry platform serves it)")
+        if importlib.util.find_spec("vllm") is None:
+            pytest.skip("vLLM is not installed here: the declared vLLM platform cannot be checked")
+        problems, missing = check_declared(self.backend)
+        assert not problems, "; ".join(problems)
+        if missing:
+            pytest.skip("; ".join(missing))

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 
 from ..builtin import visible_devices_vars
-from ..registry import LAUNCHER_VARS
+from ..registry import LAUNCHER_VARS, SLURM_STEP_VAR
 
 __all__ = ["CHILD_VAR", "MARKER_ENV_VAR", "RESULTS_VAR", "clean_environ", "emu_environ", "registry_vars"]
 
@@ -25,6 +25,7 @@ def registry_vars() -> set[str]:
     """Every variable that changes what the registry answers: ACCELREG_*, ranks, masks."""
     names = {k for k in os.environ if k.startswith("ACCELREG_") and not k.startswith(_KEEP_PREFIXES)}
     names.update(LAUNCHER_VARS)  # a local rank picks the device; any refuses a silent cpu
+    names.add(SLURM_STEP_VAR)  # Slurm's task variables count only inside a step
     names.update(visible_devices_vars())  # each built-in backend's masking variable
     names.add("ACCELREG_EMU_VISIBLE_DEVICES")
     return names

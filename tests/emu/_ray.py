@@ -1,12 +1,14 @@
-"""Ray on the emulated accelerator: drivers and nodes in processes of their own, always stopped.
+"""Ray on the emulated accelerator: clusters started by the test's own child process, always stopped.
 
 One emulated backend name per process, and Ray's workers inherit their raylet's environment, so
-each Ray cluster of a test runs the emulator under one name: a *driver script* (``check_*``
-functions, like :mod:`._runner`'s) runs in a subprocess that starts its own local Ray
-(``ray.init`` in the script, with Ray's own fate-sharing: the cluster dies with the driver), or
-connects to nodes started with ``accelreg run -- ray start --block`` (:class:`RayNode`, stopped
-by its own process handle — SIGTERM, which ``--block`` answers by stopping what it started — and
-its process group, never ``ray stop``, which stops every Ray on the machine).
+each Ray cluster of a test runs the emulator under one name: the tests of one cluster run in one
+child process of the ``accelreg_emu`` marker (the driver), which starts its own local Ray
+(:func:`local_ray`, stopped by ``ray.shutdown()`` in the same process, with Ray's own
+fate-sharing as the back-stop: the cluster dies with the driver), or connects to nodes started
+with ``accelreg run -- ray start --block`` (:class:`RayNode`, stopped by its own process handle —
+SIGTERM, which ``--block`` answers by stopping what it started — and its process group, never
+``ray stop``, which stops every Ray on the machine; on Linux the node also gets SIGTERM when
+the process that started it dies, so a child stopped at its timeout leaves no node behind).
 
 Ray is kept small: at most 2 CPUs in a cluster, an 80 MiB object store, no dashboard, usage
 statistics and token authentication off (a loopback-only cluster), every node on 127.0.0.1 with
@@ -15,6 +17,8 @@ its own ``--temp-dir``.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -22,19 +26,15 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping
 
 from accelreg.testing import clean_environ
 
-from ._runner import _HARNESS, check_results
-
-__all__ = ["RayNode", "free_port", "ray_checks", "ray_environ", "ray_temp_dir"]
+__all__ = ["RAY_ENV", "RayNode", "free_port", "local_ray", "ray_environ", "ray_temp_dir"]
 
 OBJECT_STORE = 80 << 20
-#: Environment every Ray process of the tests gets.
+#: Environment every Ray process of the tests gets (the drivers through their marker's ``**env``).
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     # a loopback-only test cluster: no token (Ray would read and write ~/.ray/auth_token)
@@ -57,10 +57,16 @@ def ray_temp_dir() -> str:
 
 
 def ray_environ(name: str | None, devices: int = 2, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A clean environment with the emulator as ``name`` x ``devices`` (``None``: off)."""
+    """A clean environment with the emulator as ``name`` x ``devices`` (``None``: off).
+
+    The emulator's build cache (``ACCELREG_EMU_CACHE``) stays: the node's workers load the
+    extension the session built. The testing plugin's variables of a marker's child go: a node
+    is no child of the plugin.
+    """
     env = clean_environ(RAY_ENV)
-    for key in [k for k in env if k.startswith("ACCELREG_EMU_")]:
-        del env[key]
+    for key in [k for k in env if k.startswith(("ACCELREG_EMU_", "ACCELREG_TESTING_"))]:
+        if key != "ACCELREG_EMU_CACHE":
+            del env[key]
     if name is not None:
         env["ACCELREG_EMU_NAME"] = name
         env["ACCELREG_EMU_DEVICES"] = str(devices)
@@ -72,39 +78,35 @@ def _accelreg_run(*args: str) -> list[str]:
     return [sys.executable, "-m", "accelreg", "run", *args, "--"]
 
 
-def ray_checks(
-    script: str,
-    name: str | None,
-    *,
-    devices: int = 2,
-    under_run: Sequence[str] | None = None,
-    extra_env: Mapping[str, str] | None = None,
-    timeout: float = 600,
-) -> dict[str, str]:
-    """Run every ``check_*`` function of ``script`` in one driver process; ``{check: "ok" or the
-    traceback}``. ``under_run``: the driver is started as ``accelreg run <under_run> -- python
-    script`` (no ``install()`` in the script needed); else as plain ``python script``.
+@contextlib.contextmanager
+def local_ray() -> Iterator[None]:
+    """This process's own local Ray (2 CPUs, its own temporary folder), for a driver whose
+    environment the marker set: stopped by ``ray.shutdown()`` here and its folder removed."""
+    import ray
 
-    The script's own prologue starts (or joins) Ray; a driver killed at the timeout takes its
-    local cluster with it (Ray's fate-sharing of the processes a driver started).
-    """
-    folder = Path(tempfile.mkdtemp(prefix="accelreg-ray-"))
-    path = folder / "driver.py"
-    path.write_text(textwrap.dedent(script) + _HARNESS)
-    prefix = _accelreg_run(*under_run) if under_run is not None else []
-    env = ray_environ(name, devices, extra_env)
+    temp_dir = ray_temp_dir()
     try:
-        proc = subprocess.run(
-            [*prefix, sys.executable, str(path)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            cwd=folder,
+        ray.init(
+            num_cpus=2,
+            object_store_memory=OBJECT_STORE,
+            _temp_dir=temp_dir,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            log_to_driver=False,
         )
+        yield
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return check_results(proc, script, f"driver (emulator {name} x {devices})")
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _end_with_parent() -> Callable[[], object] | None:
+    """On Linux, what a node's process runs before it starts: it gets SIGTERM when the process
+    that started it dies (``prctl(PR_SET_PDEATHSIG)``; looked up here, before the fork)."""
+    if sys.platform != "linux":
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 class RayNode:
@@ -155,6 +157,7 @@ class RayNode:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_end_with_parent(),
         )
 
     def output(self) -> str:

@@ -1,23 +1,19 @@
 """Fixtures of the emulator test group (tests/emu).
 
 The group needs the ``accelreg-emu`` distribution installed
-(``pip install -e plugins/accelreg-emu``). Before the first test it compiles both
-variants of the extension into the cache (in parallel, about 30 s on two cores when cold,
-nothing when warm), so no test pays for a build on its own. The cache is the one the top-level
-conftest chose for the session (``ACCELREG_EMU_CACHE``), which pytest-xdist's workers and the
-``accelreg_emu`` marker's children inherit: one build per checkout and source change.
+(``pip install -e plugins/accelreg-emu``). The session builds the extension before the first test
+runs (tests/conftest.py, ``_build_the_emulator``), so no test, and no child the ``accelreg_emu``
+marker starts, compiles it inside a registry probe; the cache (``ACCELREG_EMU_CACHE``) is the one
+the top-level conftest chose, inherited by pytest-xdist's workers and the marker's children.
 
-A child started by the ``accelreg_emu`` marker builds nothing up front (its parent's session
-did, or the emulator's first use does, under the cache's lock: a child costs no extra
-interpreter start), and runs offline and quiet (no hub access, no transformers chatter).
+A child started by the ``accelreg_emu`` marker runs offline and quiet (no hub access, no
+transformers chatter).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -34,16 +30,6 @@ if IN_CHILD:  # before any test module imports transformers (it reads these at i
         os.environ.setdefault(_key, _value)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def emu_extension_built() -> None:
+def pytest_runtest_setup(item: pytest.Item) -> None:
     if importlib.util.find_spec("accelreg_emu") is None:
         pytest.fail("accelreg-emu is not installed: run `pip install -e plugins/accelreg-emu`", pytrace=False)
-    if IN_CHILD:
-        return
-    proc = subprocess.run(
-        [sys.executable, "-m", "accelreg_emu", "build"], capture_output=True, text=True, timeout=600
-    )
-    if proc.returncode != 0:
-        pytest.fail(
-            f"building the accelreg-emu extension failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False
-        )

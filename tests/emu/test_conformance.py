@@ -30,8 +30,13 @@ class TestEmu(BackendConformance):
         assert info.provider == "accelreg-emu" and not info.builtin
 
 
-def _classes(name: str):
-    marker = pytest.mark.accelreg_emu(name=name, **_KW)
+def _classes(name: str, *, slow: bool = True):
+    """The kit under ``name``, through the emulator's plugin and through accelreg's built-in; every
+    name but npu in the slow group (tests/_matrix.py: one name in the default run)."""
+
+    def marker(cls: type) -> type:
+        cls = pytest.mark.accelreg_emu(name=name, **_KW)(cls)
+        return pytest.mark.slow(cls) if slow else cls
 
     @marker
     class ViaPlugin(BackendConformance):
@@ -61,7 +66,7 @@ def _classes(name: str):
     return ViaPlugin, ViaBuiltin
 
 
-TestNpuPlugin, TestNpuBuiltin = _classes("npu")
+TestNpuPlugin, TestNpuBuiltin = _classes("npu", slow=False)
 TestMluPlugin, TestMluBuiltin = _classes("mlu")
 TestMusaPlugin, TestMusaBuiltin = _classes("musa")
 TestSdaaPlugin, TestSdaaBuiltin = _classes("sdaa")

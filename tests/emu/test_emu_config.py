@@ -13,7 +13,14 @@ from pathlib import Path
 import accelreg_emu
 import pytest
 from accelreg_emu import _build
-from accelreg_emu._config import DEFAULT_CAPACITY, EmuConfigError, parse_size, read_config
+from accelreg_emu._config import (
+    DEFAULT_CAPACITY,
+    EmuConfigError,
+    default_capacity,
+    host_memory,
+    parse_size,
+    read_config,
+)
 
 from accelreg.testing import run_python
 
@@ -39,7 +46,36 @@ def test_parse_size_rejects(text: str) -> None:
 def test_config_defaults_and_off() -> None:
     cfg = read_config({})
     assert not cfg.enabled and cfg.name is None
-    assert cfg.device_count == 2 and cfg.capacities == (DEFAULT_CAPACITY,) * 2
+    assert cfg.device_count == 2 and cfg.capacities == (default_capacity(2),) * 2
+
+
+def test_the_default_capacity_fits_the_host() -> None:
+    """Two devices on a 24 GiB host get 8 GiB each (a share is left to the host), never more
+    than 64 GiB; the host's RAM is read here without importing anything."""
+    assert default_capacity(2, host=24 << 30) == 8 << 30
+    assert default_capacity(2, host=1 << 40) == DEFAULT_CAPACITY == 64 << 30
+    assert default_capacity(64, host=24 << 30) == (24 << 30) // 65 // MIB * MIB
+    assert default_capacity(2, host=None) <= DEFAULT_CAPACITY
+    host = host_memory()
+    assert host is not None and host > 0  # Linux, as CI runs it
+    cfg = read_config({"ACCELREG_EMU_NAME": "npu"})
+    assert sum(cfg.physical_capacities) < host and not cfg.oversubscribed()
+    many = read_config({"ACCELREG_EMU_NAME": "npu", "ACCELREG_EMU_DEVICES": "8"})
+    assert sum(many.physical_capacities) < host and not many.oversubscribed()
+    asked = read_config({"ACCELREG_EMU_NAME": "npu", "ACCELREG_EMU_MEMORY": "64GiB"})
+    assert asked.oversubscribed(host=24 << 30) and not asked.oversubscribed(host=1 << 40)
+
+
+def test_an_oversubscribed_device_says_so_in_its_name(monkeypatch) -> None:
+    from accelreg_emu import plugin
+
+    monkeypatch.setenv("ACCELREG_EMU_NAME", "npu")
+    monkeypatch.setattr(plugin, "host_memory", lambda: 24 << 30)
+    assert plugin._device_name(0) == "accelreg-emu NPU 0 (emulated on the host)"
+    monkeypatch.setenv("ACCELREG_EMU_MEMORY", "64GiB")
+    assert plugin._device_name(1) == (
+        "accelreg-emu NPU 1 (emulated on the host; oversubscribed: 128.0 GiB emulated on 24.0 GiB of RAM)"
+    )
 
 
 def test_config_memory_list_and_mask() -> None:

@@ -459,6 +459,15 @@ def test_generated_methods_and_pinned_memory() -> None:
     assert torch.equal(p.to("npu:1", non_blocking=True).cpu(), torch.ones(4))
 
 
+def test_the_host_allocator_is_registered() -> None:
+    """torch.accelerator's host-cache calls find the runtime's host allocator (vLLM calls
+    ``empty_host_cache()`` at shutdown on every platform but the CPU; without a registered host
+    allocator the process died with a segmentation fault, where torch_npu has one)."""
+    p = torch.ones(4).pin_memory()
+    torch.accelerator.empty_host_cache()
+    assert p.is_pinned() and torch.equal(p, torch.ones(4))
+
+
 def test_autocast_and_grad_scaler() -> None:
     a = torch.ones(2, 2, device="npu:0")
     with torch.autocast("npu", dtype=torch.bfloat16):

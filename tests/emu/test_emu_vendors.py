@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from .._matrix import emu_names
 from ._identity import module_to_keeps_parameters
 
 pytestmark = pytest.mark.emu
@@ -49,7 +50,7 @@ class Vendor:
         return torch.device(self.name, i)
 
 
-@pytest.fixture(scope="module", params=[pytest.param(n, marks=_child(n)) for n in sorted(VISIBLE_VARS)])
+@pytest.fixture(scope="module", params=emu_names(VISIBLE_VARS, _child))
 def vendor(request: pytest.FixtureRequest) -> Vendor:
     """The vendor's package imported as a user would (it brings the emulator up, in the child)."""
     name = request.param

@@ -58,5 +58,5 @@ def test_each_device_has_its_free_memory(emulated):
 
 def test_the_runtime_versions_a_plugin_reports(emulated):
     versions = emulated["npu"]["versions"]
-    assert versions == {"accelreg-emu": "0.1.0", "torch (extension ABI)": metadata.version("torch")}
-    assert "runtime: accelreg-emu 0.1.0" in emulated["report"]
+    assert versions == {"accelreg-emu": "0.2.0", "torch (extension ABI)": metadata.version("torch")}
+    assert "runtime: accelreg-emu 0.2.0" in emulated["report"]

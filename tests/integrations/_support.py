@@ -20,14 +20,20 @@ from pathlib import Path
 import pytest
 
 import accelreg.integrations as integrations
-from accelreg.integrations import _seams
+from accelreg.integrations import seams as _seams
 
 LIBRARIES = ("torch", "transformers", "accelerate", "peft", "deepspeed", "bitsandbytes")
 _missing = [name for name in LIBRARIES if importlib.util.find_spec(name) is None]
 if _missing:
     pytest.skip(f"the integration tests need {', '.join(_missing)} (not installed)", allow_module_level=True)
 
-NAMES = tuple(integrations.INTEGRATIONS)  # every host library in HOSTS
+#: Every built-in row of the integrations table whose library is installed here. vLLM is not in
+#: the default environment (its own layer: ``nox -s vllm`` runs these tests against it too).
+NAMES = tuple(
+    name
+    for name, trigger in integrations.table.BUILTIN.items()
+    if importlib.util.find_spec(trigger.split(".")[0]) is not None
+)
 
 
 def _defines(module: str, name: str) -> bool:
@@ -60,12 +66,13 @@ PREFIXES = (
     "lightning",
     "lightning_fabric",
     "pytorch_lightning",
+    "vllm",
 )
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 def _module(name):
-    return importlib.import_module(integrations.INTEGRATIONS[name][0])
+    return importlib.import_module(f"accelreg.integrations.{name}")
 
 
 def _integration(name):

@@ -68,3 +68,19 @@ def test_accelerate_memory_and_default_device_follow_the_registry(installed, mon
         accelerate.utils.get_max_memory({"cuda:0": "1GB"})
     # accelerate's form: the backend the registry chose, no index (the runtime's current one)
     assert inspect.getattr_static(PartialState, "default_device").fget(None) == torch.device("xpu")
+
+
+def test_a_bitsandbytes_parameter_moving_to_an_accelerator_asks_the_placement_rules(installed):
+    """Quantize-on-move decides with the placement rules of the device's backend (it raised
+    AttributeError for every bitsandbytes parameter moving to an accelerator before 0.2.0: the
+    backend lookup named a function placement does not export)."""
+    import bitsandbytes as bnb
+
+    from accelreg.integrations.accelerate import _quantize_on_move
+
+    layer = bnb.nn.Linear8bitLt(4, 4, has_fp16_weights=False)
+    assert type(layer.weight).__name__ == "Int8Params" and layer.weight.device.type == "cpu"
+    rule = accelreg.placement_rule("xpu", "bnb_8bit")
+    assert _quantize_on_move(layer, layer.weight, "xpu:0") is rule.may_live_on("xpu:0") is True
+    assert _quantize_on_move(layer, layer.weight, "cpu") is False  # not an accelerator
+    assert _quantize_on_move(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4).weight, "xpu:0") is False

@@ -32,7 +32,8 @@ import pytest
 
 import accelreg
 import accelreg.integrations as integrations
-from accelreg.integrations import _seams
+from accelreg.errors import IntegrationError
+from accelreg.integrations import seams as _seams
 
 from ._support import NAMES, ROOT, Snapshot, _fake_version, _integration, _module, _owners
 
@@ -47,6 +48,7 @@ MIN_HOLDERS = {
     "lightning": 14,  # 2.2 has no model_parallel strategies (2.6: 16)
     "lightning_fabric": 10,  # (2.6: 12)
     "pytorch_lightning": 4,
+    "vllm": 1,  # vllm.platforms itself (no module imports the function by name)
     "accelerate_launch": 14,  # the launch helpers re-exported by accelerate.utils and held by the command
     "torch_accelerator": 1,
 }
@@ -172,31 +174,63 @@ UNTESTED = {
     "lightning": "2.7.0",
     "lightning_fabric": "2.7.0",
     "pytorch_lightning": "2.7.0",
+    "vllm": "0.33.0",
     "accelerate_launch": "1.17.0",
     "torch_accelerator": "2.5.0",  # below the tested >=2.6 (a fake version: torch stays as it is)
 }
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_an_untested_release_whose_seams_all_match_is_enabled_with_a_note(monkeypatch, recwarn, name):
+def test_a_release_outside_the_table_is_named_before_patching_then_matched_by_shape(monkeypatch, name):
+    """The conflict report: one warning naming the release and the range, raised before the
+    first seam is patched; then the seams are matched by shape, and all of them match."""
     integ = _integration(name)
     _fake_version(monkeypatch, integ.distribution, UNTESTED[name])
+    monkeypatch.setattr(_seams, "_reported", set())
     snap = Snapshot()
+    patched_when_warned = []
+
+    def seen(message, category=None, *args, **kwargs):
+        patched_when_warned.append((str(message), integ.enabled or snap.state(name) != "restored"))
+
+    monkeypatch.setattr(_seams.warnings, "warn", seen)
     _module(name).enable()
     assert integ.enabled and snap.state(name) == "patched"
+    [(message, patched)] = patched_when_warned
+    assert (
+        f"{integ.distribution} {UNTESTED[name]} is outside the releases the {name} integration serves"
+        in message
+    )
+    assert str(integ.releases) in message and patched is False
     status = integ.status()
     assert status["version"] == UNTESTED[name] and status["in_range"] is False
+    assert status["conflicts"] and UNTESTED[name] in status["conflicts"][0]
     assert status["all_match"] is True and status["skipped"] == []
-    assert f"{integ.distribution} {UNTESTED[name]}: not in the tested list; all seams match" in status["note"]
-    assert not [w for w in recwarn if issubclass(w.category, integrations.IntegrationWarning)]
+    assert f"{integ.distribution} {UNTESTED[name]}: outside the releases it serves" in status["note"]
     _module(name).disable()
     assert snap.diff() == []
 
 
+def test_strict_mode_refuses_a_release_outside_the_table_and_patches_nothing(monkeypatch, strict):
+    integ = _integration("accelerate")
+    _fake_version(monkeypatch, integ.distribution, UNTESTED["accelerate"])
+    snap = Snapshot()
+    with pytest.raises(IntegrationError, match=r"accelerate 1\.17\.0 is outside .* nothing was patched"):
+        accelreg.install()
+    assert not any(_integration(n).enabled for n in NAMES)
+    assert snap.diff() == []
+
+
 def test_install_on_untested_releases_enables_every_integration(monkeypatch):
+    monkeypatch.setattr(_seams, "_reported", set())
     for name in ("transformers", "accelerate"):
         _fake_version(monkeypatch, _integration(name).distribution, UNTESTED[name])
-    assert accelreg.install() == list(NAMES)
+    with pytest.warns(integrations.IntegrationWarning, match="outside the releases") as caught:
+        assert accelreg.install() == list(NAMES)
+    # one per integration of those libraries (accelerate has two: the library and its command line),
+    # before anything was patched
+    faked = {_integration(n).distribution for n in ("transformers", "accelerate")}
+    assert len(caught) == len([n for n in NAMES if _integration(n).distribution in faked]) == 3
     assert all(_integration(n).enabled for n in NAMES)
 
 
@@ -229,10 +263,11 @@ def test_an_absent_adapter_matches_only_where_the_seam_does_not_exist(tmp_path, 
     (package / "__init__.py").write_text("")
     (package / "mod.py").write_text("def present():\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    absent = (_seams.Adapter("older: none", None, absent=True),)
+    absent = (_seams.Adapter(">=0", None, absent=True, note="none"),)
     integ = _seams.Integration(
         "fake",
         "arfake-dist",
+        "arfake",
         ">=0",
         [
             _seams.Seam("arfake.mod", "missing", adapters=absent),
@@ -246,7 +281,7 @@ def test_an_absent_adapter_matches_only_where_the_seam_does_not_exist(tmp_path, 
         ("root", integ.survey(str(tmp_path))),
     ):
         missing, present, no_module = matches
-        assert missing.adapter is not None and missing.adapter.name == "older: none", how
+        assert missing.adapter is not None and missing.adapter.name == ">=0: none", how
         assert present.adapter is None and "exists" in present.reason, (how, present.reason)
         assert no_module.adapter is None, (how, no_module.reason)
 
@@ -384,7 +419,10 @@ def test_env_in_a_fresh_process_says_what_install_would_do(env_runs):
     report = json.loads(data.stdout)
     assert "per process" in report["integrations_scope"] and "none is enabled" in report["integrations_scope"]
     by_name = {item["name"]: item for item in report["integrations"]}
-    assert list(by_name) == list(NAMES)
+    assert list(by_name) == integrations.table.names()
+    for name in set(by_name) - set(NAMES):  # a host library not installed here (vLLM, outside its layer)
+        assert by_name[name]["version"] is None
+        assert by_name[name]["install"] == "library not installed: install() skips it"
     section = text.stdout.split("\nintegrations: ", 1)[1]
     assert section.startswith("per process, and none is enabled in this one")
     for name in NAMES:
@@ -392,14 +430,15 @@ def test_env_in_a_fresh_process_says_what_install_would_do(env_runs):
         integ = _integration(name)
         version = metadata.version(integ.distribution)
         assert item["library"] == integ.distribution and item["version"] == version
-        # a fresh install may bring a release newer than the tested list: env says which it is
-        tested = integ.tested(version)
-        assert item["supported"] == integ.supported and item["in_range"] is tested
+        # a fresh install may bring a release newer than the table: env says which it is
+        tested = integ.serves(version)
+        assert item["releases"] == str(integ.releases) and item["in_range"] is tested
+        assert item["tested"] == dict(integ.tested) and bool(item["conflicts"]) is not tested
         assert item["all_match"] is True and item["skipped"] == []
         assert item["enabled"] is False and item["pending"] is False
         assert item["install"].startswith("install() would enable it")
         assert f"{name}: not enabled ({integ.distribution} {version})" in section
-        listed = "in the tested list" if tested else "not in the tested list"
+        listed = ("in" if tested else "outside") + f" the releases it serves ({integ.releases})"
         assert f"{integ.distribution} {version}: {listed}; all seams match" in section
     assert "install() would enable it (when transformers.modeling_utils is imported)" in section
     assert "DeepSpeed accelerator cpu" in section and "agrees with accelreg's cpu" in section
@@ -437,7 +476,8 @@ def test_env_names_an_untested_release_whose_seams_all_match(monkeypatch, capsys
     assert item["version"] == "0.30.0" and item["in_range"] is False and item["all_match"] is True
     assert item["install"] == "install() would enable it (when peft is imported)"
     assert cli.main(["env"]) == 0
-    assert "peft 0.30.0: not in the tested list; all seams match" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "peft 0.30.0: outside the releases it serves (>=0.17,<0.22); all seams match" in out
 
 
 def test_status_tracks_this_process():
@@ -448,23 +488,3 @@ def test_status_tracks_this_process():
     assert after["peft"]["enabled"] is True and after["peft"]["install"] == "enabled in this process"
     assert after["peft"]["note"].endswith("holders patched")
     assert after["accelerate"]["enabled"] is False
-
-
-def test_prepared_lists_exactly_the_integrations_with_a_prepare_step():
-    for name in NAMES:
-        assert (_integration(name).prepare is not None) == (name in integrations.PREPARED), name
-
-
-def test_install_imports_an_integration_module_only_with_its_library():
-    """A process that imports no host library imports no integration module but the prepared
-    ones (DeepSpeed's hand-over must be in place before DeepSpeed first runs)."""
-    code = (
-        "import sys, accelreg.integrations as i; i.install(); "
-        "print(sorted(n for n in sys.modules if n.startswith('accelreg.integrations.') and not n.endswith('_postimport')"
-        " and not n.endswith('_seams') and not n.endswith('ds_accelerator')))"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELREG_")}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == str(sorted(f"accelreg.integrations.{n}" for n in integrations.PREPARED)), out

@@ -17,13 +17,13 @@ def test_install_prepares_deepspeed_without_importing_it_and_uninstall_cancels()
         """
         import json, sys
         import accelreg
-        from accelreg.integrations import _postimport
+        from accelreg import importwatch
         REAL = "deepspeed.accelerator.real_accelerator"
         names = accelreg.install()
-        before = _postimport.pending(REAL)
+        before = importwatch.pending(REAL)
         loaded = [m for m in LIBRARIES if m in sys.modules]
         accelreg.integrations.uninstall()
-        print(json.dumps({"names": names, "pending": before, "after": _postimport.pending(REAL),
+        print(json.dumps({"names": names, "pending": before, "after": importwatch.pending(REAL),
                           "loaded": loaded}))
         """
     ).replace("LIBRARIES", repr(PREFIXES))

@@ -19,9 +19,9 @@ import torch
 
 import accelreg
 import accelreg.integrations as integrations
-from accelreg import DeviceError, DeviceMapError
+from accelreg import DeviceError, DeviceMapError, importwatch
 from accelreg.errors import IntegrationError, PlacementError
-from accelreg.integrations import _postimport, _seams
+from accelreg.integrations import seams as _seams
 
 from .._fakes import plugin, spec
 from ._support import (
@@ -97,7 +97,7 @@ def test_strict_install_raises_at_the_call_and_leaves_nothing_enabled(monkeypatc
     with pytest.raises(IntegrationError, match=r"Bnb4BitHfQuantizer\.update_device_map"):
         accelreg.install()
     assert not any(_integration(n).enabled for n in NAMES)
-    assert not any(_postimport.pending(t) for _, t in integrations.INTEGRATIONS.values())
+    assert not any(importwatch.pending(t) for t in integrations.table.BUILTIN.values())
     assert snap.diff() == []
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ._config import EmuConfig, EmuConfigError, read_config
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["EmuConfig", "EmuConfigError", "activate", "config", "is_active", "is_enabled"]
 
 _lock = threading.RLock()

@@ -4,7 +4,9 @@
                           unset or empty means the emulator is off.
 ``ACCELREG_EMU_DEVICES``  number of physical emulated devices (default 2).
 ``ACCELREG_EMU_MEMORY``   capacity: one size for every device (``2GiB``, ``512MiB``, ``1.5GB``,
-                          plain bytes) or a comma list, one per physical device.
+                          plain bytes) or a comma list, one per physical device. Unset: an
+                          equal share of the host's RAM, one share left to the host
+                          (:func:`default_capacity`), so default plans fit the machine.
 ``<visible variable>``    masks physical devices: ``ACCELREG_EMU_VISIBLE_DEVICES`` under
                           ``emu``, the vendor's variable under a vendor name.
 ``ACCELREG_EMU_SHALLOW_COPY``  ``0``: register no ``_has_compatible_shallow_copy_type``
@@ -28,6 +30,8 @@ __all__ = [
     "VISIBLE_VARS",
     "EmuConfig",
     "EmuConfigError",
+    "default_capacity",
+    "host_memory",
     "parse_size",
     "read_config",
 ]
@@ -59,8 +63,34 @@ COLLECTIVES: dict[str, str] = {
 }
 
 DEFAULT_DEVICES = 2
+#: The most a device gets by default (and what each gets where the host's RAM is unknown).
 DEFAULT_CAPACITY = 64 << 30
 MAX_DEVICES = 64
+_MIB = 1 << 20
+
+
+def host_memory() -> int | None:
+    """The host's physical RAM in bytes (``sysconf``: nothing imported), or ``None`` if unknown."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * size if pages > 0 and size > 0 else None
+
+
+def default_capacity(devices: int, host: int | None = None) -> int:
+    """Each device's capacity when ``ACCELREG_EMU_MEMORY`` is unset: an equal share of the
+    host's RAM ``host`` (default: :func:`host_memory`) with one share left to the host itself
+    (two devices on 24 GiB: 8 GiB each), in whole MiB, at most :data:`DEFAULT_CAPACITY` (which
+    is also the answer where the RAM is unknown). Emulated memory is the host's: a default that
+    promised more would make default plans budget memory the machine does not have."""
+    if host is None:
+        host = host_memory()
+    if not host:
+        return DEFAULT_CAPACITY
+    share = host // (max(devices, 0) + 1) // _MIB * _MIB
+    return max(min(share, DEFAULT_CAPACITY), _MIB)
+
 
 _UNITS = {
     "": 1,
@@ -131,12 +161,21 @@ class EmuConfig:
         """Capacity in bytes of each logical device."""
         return tuple(self.physical_capacities[i] for i in self.visible)
 
+    def oversubscribed(self, host: int | None = None) -> bool:
+        """Whether the emulated devices promise more memory than the host has (only when
+        ``ACCELREG_EMU_MEMORY`` asks for it): allocations past the host's RAM then fail or swap
+        where a real device would have had room."""
+        if host is None:
+            host = host_memory()
+        return bool(host) and sum(self.physical_capacities) > host  # type: ignore[operator]
+
     def as_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "enabled": self.enabled,
             "devices": self.device_count,
             "capacities": list(self.capacities),
+            "oversubscribed": self.oversubscribed(),
             "physical_devices": self.physical_devices,
             "visible": list(self.visible),
             "visible_devices_var": self.visible_devices_var,
@@ -188,7 +227,7 @@ def read_config(environ: Mapping[str, str] | None = None) -> EmuConfig:
 
     raw_memory = env.get("ACCELREG_EMU_MEMORY", "").strip()
     if not raw_memory:
-        capacities = (DEFAULT_CAPACITY,) * physical
+        capacities = (default_capacity(physical),) * physical
     else:
         sizes = [parse_size(part) for part in raw_memory.split(",")]
         if len(sizes) == 1:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pluggy
 
-from ._config import COLLECTIVES, PRIORITIES, VISIBLE_VARS, EmuConfigError, read_config
+from ._config import COLLECTIVES, PRIORITIES, VISIBLE_VARS, EmuConfigError, host_memory, read_config
 
 try:
     from accelreg.types import Availability, BackendSpec, MemoryInfo
@@ -78,7 +78,18 @@ def _hpu_device(index: int):
 
 
 def _device_name(index: int) -> str:
-    return f"accelreg-emu {_name().upper()} {index} (emulated on the host)"
+    """``accelreg-emu NPU 0 (emulated on the host)``; it says so when the devices were given more
+    memory (``ACCELREG_EMU_MEMORY``) than the host has."""
+    where = "emulated on the host"
+    try:
+        cfg = read_config()
+    except EmuConfigError:
+        cfg = None
+    host = host_memory()
+    if cfg is not None and host and cfg.oversubscribed(host):
+        total = sum(cfg.physical_capacities) / (1 << 30)
+        where += f"; oversubscribed: {total:.1f} GiB emulated on {host / (1 << 30):.1f} GiB of RAM"
+    return f"accelreg-emu {_name().upper()} {index} ({where})"
 
 
 def _versions() -> dict[str, str]:
@@ -128,5 +139,6 @@ def accelreg_backends() -> Iterator[BackendSpec]:
         # Emulation asked for (ACCELREG_EMU_NAME set) makes the backend *present*: a refused
         # configuration then warns (raises under a launcher) instead of giving cpu silently.
         runtime_package="accelreg_emu" if os.environ.get("ACCELREG_EMU_NAME") else None,
-        **_optional(versions=_versions, device_name=_device_name),
+        # Slurm: a GRES type named for the emulated name, or Slurm's own gpu type.
+        **_optional(versions=_versions, device_name=_device_name, gres=(name, "gpu")),
     )

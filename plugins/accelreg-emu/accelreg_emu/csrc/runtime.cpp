@@ -3,6 +3,7 @@
 #include "emu.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/Generator.h>
 #ifdef ACCELREG_EMU_HPU
 #include <ATen/detail/HPUHooksInterface.h>
@@ -201,7 +202,10 @@ void free_pinned(void* data) {
   c10::free_cpu(data);
 }
 
-struct PinnedAllocator final : c10::Allocator {
+// Registered as the device type's host allocator too: torch.accelerator.empty_host_cache() (vLLM
+// calls it at shutdown) asks for it, and a runtime without one crashes there (torch_npu has one).
+// Nothing is cached, so there is nothing to empty or count.
+struct PinnedAllocator final : at::HostAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     void* data = c10::alloc_cpu(nbytes);
     {
@@ -218,9 +222,20 @@ struct PinnedAllocator final : c10::Allocator {
       std::memcpy(dest, src, count);
     }
   }
+  // Work is synchronous on the host: a block is free again as soon as it is released.
+  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override {
+    return true;
+  }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    return {};
+  }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
 };
 
 PinnedAllocator g_pinned_allocator;
+REGISTER_HOST_ALLOCATOR(kDeviceType, &g_pinned_allocator);
 
 bool is_pinned_ptr(const void* data) {
   std::lock_guard<std::mutex> lock(g_pinned_mutex);

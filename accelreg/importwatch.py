@@ -1,4 +1,5 @@
-"""Run a callback once a module has been imported (now, if it already is).
+"""Run a callback once a module has been imported (now, if it already is), and tell whether the
+calling thread is inside an import.
 
 ``accelreg.install()`` must not import transformers, peft and DeepSpeed itself (seconds of
 import time a user may not need). Instead each integration is enabled the moment its library
@@ -6,13 +7,20 @@ module finishes importing, through a finder on ``sys.meta_path`` that wraps that
 loader (:func:`when_imported`). The same finder can also run a callback the moment an import of
 one of several modules *starts*, before any of its code runs (:func:`before_first_import`): a
 process under ``accelreg run`` calls ``install()`` that way, only once a host library is
-imported. Nothing a callback raises reaches the user's ``import`` statement: the module has been
-imported by then, and a failure becomes one warning (and is handed to the callback's owner
-through ``on_error``), never an exception inside somebody else's import.
+imported. Nothing a callback raises reaches the user's ``import`` statement: a failure becomes one
+warning, never an exception inside somebody else's import (a callback that must stop the
+process, as the start-up hook's does when accelreg cannot work there, does so itself).
 
-Callbacks run in the wrapped loader's ``exec_module``, never in ``find_spec``: Python runs
-finders under its global import lock, and a callback that builds the registry waits for plugin
-imports in a probe thread, which would then wait for that lock until the probe timed out.
+Callbacks run in the wrapped loader's ``exec_module``, never in the finder's ``find_spec``:
+Python runs finders under its global import lock (``importlib.util.find_spec`` too), and a
+module that is not installed (``try: import deepspeed`` / ``except ImportError``) has no loader
+to run them in — and needs no patching. A callback that runs in ``exec_module`` still runs
+inside an import (this thread holds the module's import lock): code that could wait there for
+another thread asks :func:`importing` first (the registry then runs plugin code in this thread;
+see docs/design-notes.md, "The start-up hook never waits for an import").
+
+This module sits at the bottom of the package (it imports nothing of accelreg): the
+integrations, the registry and the start-up hook use it.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from typing import Any
 
-__all__ = ["before_first_import", "cancel", "pending", "when_imported"]
+__all__ = ["before_first_import", "cancel", "importing", "pending", "when_imported"]
 
 _lock = _thread.RLock()
 _waiting: dict[str, list[Callable[[Any], None]]] = {}
@@ -38,20 +46,46 @@ _starting: dict[str, Callable[[], None]] = {}
 #: Modules our loader is executing now: in ``sys.modules`` already, but not imported yet.
 _executing: set[str] = set()
 
+#: importlib's own frames that hold an import lock while code above them runs: a module's lock
+#: (``_find_and_load``; ``_exec``/``_load`` for ``importlib.reload`` and legacy loaders) or the
+#: global import lock (``_find_spec``, which runs every finder).
+_LOCKING_FRAMES = frozenset({"_find_and_load", "_exec", "_load", "_find_spec"})
+_BOOTSTRAP = ("<frozen importlib._bootstrap>", "importlib/_bootstrap.py", "importlib\\_bootstrap.py")
+
+
+def importing() -> bool:
+    """Whether the calling thread is inside an import: some module's code (or a finder) is
+    running below it on this thread's stack, so this thread holds an import lock that another
+    thread importing the same module would wait for.
+
+    Such a thread must never wait for another thread that might import: the registry runs
+    plugin code in it directly instead of on its probe thread (that thread's imports could wait
+    for this one's locks until the probe timed out).
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in _LOCKING_FRAMES and code.co_filename.endswith(_BOOTSTRAP):
+            return True
+        frame = frame.f_back
+    return False
+
 
 class _Finder:
-    """Finds nothing itself; for watched names it wraps the real loader's ``exec_module``."""
+    """Finds nothing itself; for watched names it wraps the real loader's ``exec_module``.
+
+    It never runs a callback: ``find_spec`` runs under Python's global import lock, for modules
+    that may not be installed (then nothing is imported, and nothing needs patching) and for
+    ``importlib.util.find_spec`` probes that import nothing.
+    """
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if fullname not in _waiting and fullname not in _starting:
             return None
         try:
-            spec = self._wrapped(fullname, path, target)
+            return self._wrapped(fullname, path, target)
         except Exception:  # noqa: BLE001 - the import system asks the other finders itself
-            spec = None
-        if spec is None or not isinstance(spec.loader, _Loader):
-            _start(fullname)  # no loader to run it in (rare): here, under the import lock
-        return spec
+            return None
 
     def _wrapped(self, fullname: str, path: Sequence[str] | None, target: Any) -> Any:
         for finder in sys.meta_path:
@@ -62,7 +96,7 @@ class _Finder:
                 spec.loader = _Loader(spec.loader)
                 return spec
             if spec is not None:
-                return spec
+                return spec  # a legacy loader (load_module only): not watched
         return None
 
 
@@ -157,7 +191,9 @@ def when_imported(name: str, callback: Callable[[Any], None]) -> None:
 def before_first_import(names: Sequence[str], callback: Callable[[], None]) -> None:
     """Call ``callback()`` once, the moment the first import of any of ``names`` starts (before
     that module's code runs; callbacks it registers with :func:`when_imported` for that very
-    module still fire). At once if one of them is already imported."""
+    module still fire). At once if one of them is already imported. A name that is not
+    installed never fires: looking for it (``import``, ``importlib.util.find_spec``) runs
+    nothing."""
     if any(name in sys.modules for name in names):
         callback()
         return

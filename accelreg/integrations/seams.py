@@ -3,9 +3,12 @@
 An :class:`Integration` replaces a few functions of a library (its *seams*) with versions that
 ask the registry. Each seam has one or more :class:`Adapter` records, one per known shape of
 the upstream function: the adapter whose shape matches — its normalised source fingerprint
-(:func:`shape`), its parameters, a behaviour probe — is the one installed. The library's
-version number is never the guard: an untested release whose seams all match is enabled (and
-``accelreg env`` says so), and a seam that matches no adapter is skipped *alone*, with one
+(:func:`shape`), its parameters, a behaviour probe — is the one installed. Each adapter also
+declares the releases it serves, and each integration the range of releases it serves: together
+they are the integrations table (``accelreg.integrations.table``). The version number is never
+the guard: a release outside the table is a *conflict*, named in one warning before anything is
+patched (strict mode: an error), and its seams are then matched by shape like any other; a seam
+that matches no adapter is skipped *alone*, with one
 :class:`IntegrationWarning` naming what is lost and the patch-free alternative; in strict mode
 (``ACCELREG_STRICT`` / ``configure(strict=True)``) ``enable()`` raises instead, patching nothing.
 
@@ -17,31 +20,30 @@ holds its own reference, so the replacement is installed in every such holder, a
 
 from __future__ import annotations
 
-import ast
-import copy
-import hashlib
 import importlib
-import importlib.util
 import inspect
 import logging
 import sys
-import textwrap
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
 from .. import registry
+from ..deferred import raise_recorded, record
 from ..errors import IntegrationError
+from ._shapes import ABSENT, fingerprint, forget_sources, node_in_source, params_of_node, shape
+from .releases import Releases
 
 __all__ = [
     "PATCH_FREE",
     "Adapter",
     "Integration",
     "IntegrationWarning",
+    "Match",
     "Seam",
     "enable_in_hook",
     "raise_recorded",
@@ -69,10 +71,13 @@ class IntegrationWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Adapter:
-    """One known shape of a seam, and the replacement for it.
+    """One known shape of a seam, the releases it serves, and the replacement for it.
 
     Attributes:
-        name: Short label shown in ``accelreg env`` and docs/compatibility.md (``"5.x"``).
+        releases: The releases of the library this adapter was verified with (a
+            :class:`~.releases.Releases` range, ``">=5.13,<5.25"``): a row of the integrations
+            table. Declared, never a guard: the adapter is chosen by its shape; a release outside
+            every adapter's range of a seam is named before anything is patched.
         make: ``(original) -> replacement``; ``None`` when this shape needs no replacement
             (upstream already does the right thing there), so nothing is patched.
         shapes: :func:`shape` fingerprints (or raw-source :func:`fingerprint` values) of the
@@ -87,9 +92,10 @@ class Adapter:
         absent: This shape is the seam's *absence*: it matches when the module exists and the
             attribute does not (a release older than the code the seam fixes); ``make`` must be
             ``None``.
+        note: What this shape does differently, in a few words (``"on request only"``).
     """
 
-    name: str
+    releases: Releases | str
     make: Callable[[Any], Any] | None
     shapes: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
@@ -97,6 +103,18 @@ class Adapter:
     module: str = ""
     target: str = ""
     absent: bool = False
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.releases, Releases):
+            object.__setattr__(self, "releases", Releases(self.releases))
+        if self.absent and self.make is not None:
+            raise ValueError("an adapter for a seam's absence patches nothing (make=None)")
+
+    @property
+    def name(self) -> str:
+        """The label ``accelreg env`` and docs/compatibility.md show: the releases, and the note."""
+        return f"{self.releases}: {self.note}" if self.note else str(self.releases)
 
 
 @dataclass(frozen=True)
@@ -107,7 +125,7 @@ class Seam:
         module: Module that defines it (``"accelerate.utils.modeling"``).
         name: Attribute path in that module (``"get_max_memory"`` or ``"Cls.method"``).
         make: ``(original) -> replacement`` of the single implicit adapter (when ``adapters``
-            is empty).
+            is empty; it serves the integration's whole release range).
         params: Parameter names of the implicit adapter.
         importers: Modules to import before scanning for holders (late by-name importers).
         fingerprint: Raw-source fingerprint of the implicit adapter (private functions).
@@ -127,12 +145,13 @@ class Seam:
     adapters: tuple[Adapter, ...] = ()
     instead: str = ""
 
-    def candidates(self) -> tuple[Adapter, ...]:
-        """The adapters to try, in order."""
+    def candidates(self, window: Releases) -> tuple[Adapter, ...]:
+        """The adapters to try, in order: the declared ones, or the single implicit adapter
+        (``make``, ``params``, ``fingerprint``), which serves the integration's whole ``window``."""
         if self.adapters:
             return self.adapters
         shapes = (self.fingerprint,) if self.fingerprint else ()
-        return (Adapter("default", self.make, shapes=shapes, params=self.params),)
+        return (Adapter(window, self.make, shapes=shapes, params=self.params),)
 
 
 @dataclass(frozen=True)
@@ -150,9 +169,15 @@ class Match:
         return {
             "seam": f"{self.seam.module}.{self.seam.name}",
             "adapter": self.adapter.name if self.adapter else None,
+            "releases": str(self.adapter.releases) if self.adapter else None,
             "patched": bool(self.adapter and self.adapter.make),
             "reason": self.reason,
         }
+
+
+#: (integration, release) pairs whose conflicts were already reported in this process.
+_reported: set[tuple[str, str | None]] = set()
+_reported_lock = threading.Lock()
 
 
 @dataclass
@@ -165,27 +190,34 @@ class _Installed:
 
 @dataclass
 class Integration:
-    """One host library's integration: its seams, enabled and disabled as a unit.
+    """One host library's integration: a row of the integrations table, and its seams, enabled
+    and disabled as a unit.
 
     This is the whole shape of an integration. A host library's module
-    (``accelreg/integrations/<name>.py``) defines its seams, one ``INTEGRATION`` of this class,
-    and takes its public functions from it::
+    (``accelreg/integrations/<name>.py``, or a third party's module registered through the
+    ``accelreg.integrations`` entry-point group) defines its seams, one ``INTEGRATION`` of this
+    class, and takes its public functions from it::
 
-        INTEGRATION = Integration(name="peft", distribution="peft", supported=">=0.17,<0.22",
-                                  seams=[...])
+        INTEGRATION = Integration(name="peft", distribution="peft", trigger="peft",
+                                  releases=">=0.17,<0.22", tested={"oldest": "0.17.1"}, seams=[...])
         enable, disable, enabled = INTEGRATION.api()
 
-    and names itself, with the library module whose import enables it, in
-    :data:`accelreg.integrations.HOSTS`. :func:`accelreg.install` enables it when that module is
-    imported (after running :attr:`prepare`, if any), :func:`accelreg.integrations.uninstall`
-    disables it (after :attr:`unprepare`), and ``accelreg env`` reports :meth:`status`.
+    :func:`accelreg.install` enables it when :attr:`trigger` is imported (after running
+    :attr:`prepare`, if any), :func:`accelreg.integrations.uninstall` disables it (after
+    :attr:`unprepare`), and ``accelreg env`` reports :meth:`status`.
 
     Attributes:
-        name: The integration's name (``accelreg.integrations.<name>``).
+        name: The integration's name (``accelreg.integrations.<name>`` for the built-ins).
         distribution: The host library's distribution (its version is read from it).
-        supported: The tested releases: PEP 440 sets joined by ``"|"``; informational, never a
-            guard (adapters are chosen by each seam's shape).
+        trigger: The library module whose import enables it: one imported only once its package
+            is complete (firing on a submodule the package ``__init__`` is still importing would
+            make ``enable()`` import from a partially initialised package).
+        releases: The releases this integration serves (a :class:`~.releases.Releases` range):
+            every seam's adapters together must cover it. An installed release outside it is a
+            *conflict*, named before anything is patched (strict mode: an error).
         seams: The functions replaced.
+        tested: The exact release the release matrix runs for each set it runs
+            (``{"oldest": "1.10.1", "newest": "1.16.0"}``): noxfile.py builds its sets from these.
         scan_prefixes: Packages scanned for by-name copies of a patched function (default: the
             distribution's import name).
         on_enable / on_disable: Work beyond the seams, run inside ``enable()`` / ``disable()``
@@ -194,22 +226,42 @@ class Integration:
             nothing), and its undoing.
         add_status: ``(integration, item) -> None``: adds what this integration alone knows to
             its :meth:`status` item (DeepSpeed: whose accelerator it runs on).
+        follower: ``install()`` enables it like every row, but the import of :attr:`trigger` does
+            not make an armed job process's start-up hook call ``install()``
+            (:func:`~accelreg.integrations.table.triggers` leaves it out): a module every process
+            imports (``torch.accelerator``) must not make every process pay for ``install()``; a
+            host library's import does, and that library imports the follower's first. A
+            built-in follower is also named in ``table.FOLLOWERS``, which the start-up hook reads
+            without importing this.
     """
 
     name: str
     distribution: str
-    supported: str
+    trigger: str
+    releases: Releases | str
     seams: Sequence[Seam]
+    tested: Mapping[str, str] = field(default_factory=dict)
     scan_prefixes: tuple[str, ...] = ()
     on_enable: Callable[[], None] | None = None
     on_disable: Callable[[], None] | None = None
     prepare: Callable[[], None] | None = None
     unprepare: Callable[[], None] | None = None
     add_status: Callable[[Integration, dict[str, Any]], None] | None = None
+    follower: bool = False
     _installed: list[_Installed] = field(default_factory=list)
     _matches: list[Match] = field(default_factory=list)
     _on: bool = False
     _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.releases, Releases):
+            self.releases = Releases(self.releases)
+        for set_name, release in self.tested.items():
+            if release not in self.releases:
+                raise ValueError(
+                    f"{self.name}: the {set_name} set's {self.distribution} {release} is outside the "
+                    f"releases it serves ({self.releases})"
+                )
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -222,6 +274,12 @@ class Integration:
         """Seams that matched no adapter when the integration was enabled."""
         return [m for m in self._matches if m.adapter is None]
 
+    @property
+    def window(self) -> Releases:
+        """:attr:`releases`, typed."""
+        assert isinstance(self.releases, Releases)
+        return self.releases
+
     def version(self) -> str | None:
         """The installed version of :attr:`distribution` (``None`` when not installed)."""
         try:
@@ -233,22 +291,45 @@ class Integration:
         """Whether the library is installed."""
         return self.version() is not None
 
-    def tested(self, version: str | None = None) -> bool | None:
-        """Whether ``version`` (default: the installed one) is in the tested list."""
+    def serves(self, version: str | None = None) -> bool | None:
+        """Whether ``version`` (default: the installed one) is in :attr:`releases` (``None``
+        when the library is not installed)."""
         version = version or self.version()
-        return None if version is None else _in_range(version, self.supported)
+        return None if version is None else version in self.window
+
+    def conflicts(self, version: str | None = None) -> list[str]:
+        """What the table says against ``version`` (default: the installed one), one line each:
+        a release outside :attr:`releases`, or, inside it, a seam none of whose adapters serves
+        it (a gap in the table). Empty when the library is not installed or all is well."""
+        version = version or self.version()
+        if version is None:
+            return []
+        if version not in self.window:
+            return [
+                f"{self.distribution} {version} is outside the releases the {self.name} integration "
+                f"serves ({self.releases}); its seams are matched by shape"
+            ]
+        return [
+            f"{self.distribution} {version}: no adapter of seam {seam.name} serves it "
+            f"(they serve {' / '.join(str(a.releases) for a in seam.candidates(self.window))})"
+            for seam in self.seams
+            if not any(version in a.releases for a in seam.candidates(self.window))
+        ]
 
     def status(self) -> dict[str, Any]:
-        """``name``, ``library``, ``version``, ``supported``, ``in_range`` (tested), ``enabled``,
-        ``seams`` (each seam's adapter, from the live functions when enabled, else from a static
-        read of the installed sources: nothing is imported), ``skipped`` and ``note``."""
+        """``name``, ``library``, ``version``, ``releases`` (the range it serves), ``in_range``,
+        ``tested`` (the release matrix's releases), ``conflicts``, ``enabled``, ``seams`` (each
+        seam's adapter, from the live functions when enabled, else from a static read of the
+        installed sources: nothing is imported), ``skipped`` and ``note``."""
         version = self.version()
         item: dict[str, Any] = {
             "name": self.name,
             "library": self.distribution,
             "version": version,
-            "supported": self.supported,
-            "in_range": self.tested(version),
+            "releases": str(self.releases),
+            "in_range": self.serves(version),
+            "tested": dict(self.tested),
+            "conflicts": self.conflicts(version),
             "enabled": self.enabled,
         }
         if version is None:
@@ -264,9 +345,13 @@ class Integration:
         return item
 
     def summary(self, version: str, matches: Sequence[Match]) -> str:
-        """One line: tested or not, and whether every seam matches."""
+        """One line: served or not, and whether every seam matches."""
         missed = [m for m in matches if m.adapter is None]
-        listed = "in the tested list" if self.tested(version) else "not in the tested list"
+        listed = (
+            f"in the releases it serves ({self.releases})"
+            if self.serves(version)
+            else f"outside the releases it serves ({self.releases})"
+        )
         seams = (
             "all seams match"
             if not missed
@@ -284,8 +369,13 @@ class Integration:
     def survey(self, root: str | None = None) -> list[Match]:
         """Choose each seam's adapter from the library's *source files*, importing nothing
         (probes are not run): what ``accelreg env`` shows in a process that has not imported
-        the library, and what docs/compatibility.md lists for every release in the window."""
-        return [_match_static(seam, root) for seam in self.seams]
+        the library, and what docs/compatibility.md lists for every release in the window
+        (``root``: a folder holding one release's unpacked packages, read once)."""
+        try:
+            return [_match_static(self, seam, root) for seam in self.seams]
+        finally:
+            if root is not None:
+                forget_sources()
 
     # -- enable / disable ------------------------------------------------------------------
     def check(self) -> list[tuple[Seam, Any, Any]]:
@@ -294,10 +384,36 @@ class Integration:
         matches = self._matched(strict=True)
         return [(m.seam, m.owner, m.original) for m in matches if m.adapter and m.adapter.make]
 
+    def report_conflicts(self, *, strict: bool) -> list[str]:
+        """Name the :meth:`conflicts` of the installed release before anything is patched: in
+        strict mode an :class:`IntegrationError`, otherwise one :class:`IntegrationWarning` (once
+        per process and release). Returns them."""
+        found = self.conflicts()
+        if not found:
+            return []
+        if strict:
+            raise IntegrationError(
+                f"{self.name}: " + "; ".join(found) + " (strict mode: nothing was patched)"
+            )
+        key = (self.name, self.version())
+        with _reported_lock:
+            if key in _reported:
+                return found
+            _reported.add(key)
+        warnings.warn(
+            IntegrationWarning(
+                "accelreg: " + "; ".join(found) + ". `accelreg env` shows what each seam matched; "
+                "ACCELREG_STRICT=1 makes this an error"
+            ),
+            stacklevel=3,
+        )
+        return found
+
     def _matched(self, strict: bool) -> list[Match]:
         version = self.version()
         if version is None:
             raise IntegrationError(f"{self.name}: {self.distribution} is not installed")
+        self.report_conflicts(strict=strict)
         matches = self.match()
         missed = [m for m in matches if m.adapter is None]
         if missed and strict:
@@ -465,7 +581,7 @@ class Integration:
 # -- matching one seam --------------------------------------------------------------------
 def _match_live(integ: Integration, seam: Seam) -> Match:
     reasons = []
-    for adapter in seam.candidates():
+    for adapter in seam.candidates(integ.window):
         where, name = adapter.module or seam.module, adapter.target or seam.name
         try:
             module = importlib.import_module(where)
@@ -513,20 +629,20 @@ def _match_live(integ: Integration, seam: Seam) -> Match:
     return Match(seam, None, reason="; ".join(reasons) or "no adapter")
 
 
-def _match_static(seam: Seam, root: str | None) -> Match:
+def _match_static(integ: Integration, seam: Seam, root: str | None) -> Match:
     reasons = []
-    for adapter in seam.candidates():
+    for adapter in seam.candidates(integ.window):
         where, name = adapter.module or seam.module, adapter.target or seam.name
-        node = _node_in_source(where, name, root)
+        node = node_in_source(where, name, root)
         if adapter.absent:
-            if node == _ABSENT:
+            if node == ABSENT:
                 return Match(seam, adapter, reason="static read of the source: it does not exist")
             reasons.append(f"{adapter.name}: {where}.{name} {node if isinstance(node, str) else 'exists'}")
             continue
         if isinstance(node, str):
             reasons.append(f"{adapter.name}: {where}.{name} {node}")
             continue
-        params = _params_of_node(node)
+        params = params_of_node(node)
         problem = _fits(adapter, node, lambda n=node: (shape(n), ""), params)
         if problem is None:
             return Match(seam, adapter, reason="static read of the source (probes not run)")
@@ -564,81 +680,6 @@ def _params_of(func: Any) -> tuple[str, ...] | None:
         return None
 
 
-def _params_of_node(node: ast.AST) -> tuple[str, ...] | None:
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None
-    a = node.args
-    names = [x.arg for x in (*a.posonlyargs, *a.args)]
-    if a.vararg:
-        names.append(a.vararg.arg)
-    names += [x.arg for x in a.kwonlyargs]
-    if a.kwarg:
-        names.append(a.kwarg.arg)
-    return tuple(names)
-
-
-def _source_file(module: str, root: str | None) -> str | None:
-    """The ``.py`` file of ``module``, found without importing it or its parent packages (a
-    ``find_spec`` of a dotted name imports the parents, which for peft means transformers and
-    bitsandbytes: seconds of imports, and their import-time messages, in ``accelreg env``)."""
-    import os
-
-    top, _, rest = module.partition(".")
-    if root is not None:
-        bases = [os.path.join(root, top)]
-    else:
-        try:
-            spec = importlib.util.find_spec(top)  # a top-level name: located, not imported
-        except (ImportError, ValueError):
-            return None
-        if spec is None:
-            return None
-        if not rest:
-            origin = getattr(spec, "origin", None)
-            return origin if origin and origin.endswith(".py") else None
-        bases = list(spec.submodule_search_locations or ())
-    for base in bases:
-        path = os.path.join(base, *rest.split(".")) if rest else base
-        for candidate in (path + ".py", os.path.join(path, "__init__.py")):
-            if os.path.isfile(candidate):
-                return candidate
-    return None
-
-
-_PARSED: dict[str, ast.Module] = {}
-_ABSENT = "does not exist"
-
-
-def _node_in_source(module: str, dotted: str, root: str | None) -> ast.AST | str:
-    path = _source_file(module, root)
-    if path is None:
-        return "not found (no such module source)"
-    tree = _PARSED.get(path)
-    if tree is None:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                tree = ast.parse(fh.read())
-        except (OSError, SyntaxError, ValueError) as exc:
-            return f"source unreadable ({exc})"
-        _PARSED[path] = tree
-    body: list[ast.stmt] = tree.body
-    node: ast.AST | None = None
-    for part in dotted.split("."):
-        node = next(
-            (
-                n
-                for n in body
-                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part
-            ),
-            None,
-        )
-        if node is None:
-            return _ABSENT
-        body = node.body
-    assert node is not None
-    return node
-
-
 def _owner(module: Any, dotted: str) -> tuple[Any, str]:
     owner = module
     parts = dotted.split(".")
@@ -647,30 +688,15 @@ def _owner(module: Any, dotted: str) -> tuple[Any, str]:
     return owner, parts[-1]
 
 
-def _in_range(version: str, spec: str) -> bool:
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        parsed = Version(version)
-    except InvalidVersion:  # an unparsable version is an untested one
-        return False
-    # "~=4.57.0 | >=5.0,<5.26": the tested list as alternatives
-    return any(parsed in SpecifierSet(part.strip()) for part in spec.split("|") if part.strip())
-
-
 def strict_mode() -> bool:
-    """Whether the registry's settings are strict (``ACCELREG_STRICT`` / ``configure(strict=True)``)."""
-    return bool(registry.get().settings.strict)
+    """Whether the registry's settings are strict (``ACCELREG_STRICT`` / ``configure(strict=True)``).
+
+    Read without loading a plugin (:func:`accelreg.registry.settings`): ``install()`` asks from
+    inside the import that triggered it, where building the registry has no business."""
+    return bool(registry.settings().strict)
 
 
 # -- failures inside import hooks ---------------------------------------------------------
-_recorded_lock = threading.Lock()
-#: Failures of an enable() run inside an import hook, in strict mode: raised by the next
-#: accelreg integration call (:func:`raise_recorded`).
-_recorded: list[tuple[str, BaseException]] = []
-
-
 def enable_in_hook(integ: Integration) -> None:
     """Enable ``integ`` from the import hook that fired once its library was imported: never
     raises (a failure becomes an :class:`IntegrationWarning`; in strict mode it is also recorded
@@ -683,8 +709,7 @@ def enable_in_hook(integ: Integration) -> None:
         except Exception:  # noqa: BLE001 - a broken configuration is reported elsewhere
             strict = False
         if strict:
-            with _recorded_lock:
-                _recorded.append((integ.name, exc))
+            record(integ.name, exc)
         message = (
             f"accelreg: the {integ.name} integration could not be enabled when its library was "
             f"imported ({type(exc).__name__}: {exc}); {integ.name} runs unpatched"
@@ -694,60 +719,6 @@ def enable_in_hook(integ: Integration) -> None:
             warnings.warn(IntegrationWarning(message), stacklevel=2)
         except Exception:  # noqa: BLE001 - warnings turned into errors must not break the import
             log.warning(message)
-
-
-def raise_recorded() -> None:
-    """Raise the first integration failure recorded inside an import hook in strict mode
-    (with it as the cause), and forget them; nothing when there is none."""
-    with _recorded_lock:
-        failures = list(_recorded)
-        _recorded.clear()
-    if failures:
-        name, exc = failures[0]
-        others = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise IntegrationError(
-            f"strict mode: the {name} integration failed when its library was imported: "
-            f"{type(exc).__name__}: {exc}{others}"
-        ) from exc
-
-
-def shape(func: Any) -> str:
-    """Fingerprint of what a function *is*: the sha256 prefix of its syntax tree with the
-    docstrings and type annotations left out, so a reformatted annotation or a reworded
-    docstring is the same shape and any change of code is a new one. Takes a function or
-    an ``ast`` function node (the static survey reads source files without importing)."""
-    if isinstance(func, ast.AST):
-        node = func
-    else:
-        try:
-            node = ast.parse(textwrap.dedent(inspect.getsource(func))).body[0]
-        except (OSError, TypeError, SyntaxError, IndexError):
-            return "<no source>"
-    node = copy.deepcopy(node)
-    for n in ast.walk(node):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n.returns = None
-            body = n.body
-            if (
-                body
-                and isinstance(body[0], ast.Expr)
-                and isinstance(getattr(body[0], "value", None), ast.Constant)
-            ):
-                if isinstance(body[0].value.value, str):
-                    n.body = body[1:] or [ast.Pass()]
-        elif isinstance(n, ast.arg):
-            n.annotation = None
-    return hashlib.sha256(ast.dump(node, include_attributes=False).encode()).hexdigest()[:16]
-
-
-def fingerprint(func: Any) -> str:
-    """sha256 prefix of a function's exact source (the older, stricter fingerprint)."""
-    try:
-        source = inspect.getsource(func)
-    except (OSError, TypeError):
-        return "<no source>"
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def original(fn: Any) -> Any:

@@ -1,11 +1,14 @@
-"""Finding the ``accelreg`` entry points quickly.
+"""Finding accelreg's entry points quickly (the ``accelreg`` group of backends, the
+``accelreg.integrations`` group of third-party integrations).
 
 ``importlib.metadata.entry_points(group=...)`` parses every installed distribution's
 metadata and entry points (about 20 ms with 140 distributions), although only a handful
-mention our group. This scan reads each ``entry_points.txt`` as bytes, parses only the ones
-that mention ``[accelreg]``, and keeps importlib's rule that the first distribution of a
+mention our groups. This scan reads each ``entry_points.txt`` as bytes, parses only the ones
+that mention the group, and keeps importlib's rule that the first distribution of a
 name on ``sys.path`` wins. Anything it cannot handle (zip files on ``sys.path``) falls back to
-``importlib.metadata``.
+``importlib.metadata``. It sits at the bottom of the package and imports ``importlib.metadata``
+only once a distribution mentions the group: a job process's start-up hook scans for
+integrations (about 2 ms) without loading the registry.
 """
 
 from __future__ import annotations
@@ -13,21 +16,22 @@ from __future__ import annotations
 import os
 import re
 import sys
-from importlib import metadata
-from typing import NamedTuple
+from collections import namedtuple
 
 _META_SUFFIXES = (".dist-info", ".egg-info")
 
 
-class Found(NamedTuple):
-    """One entry point of the group, with the distribution that declares it."""
+class Found(namedtuple("Found", "name value distribution version")):
+    """One entry point of the group (``name``, ``value``), with the ``distribution`` (and its
+    ``version``) that declares it. A plain named tuple: a job process's start-up hook scans
+    before ``typing`` is loaded."""
 
-    name: str
-    value: str
-    distribution: str
-    version: str
+    __slots__ = ()
 
     def load(self) -> object:
+        """Import the object the entry point names."""
+        from importlib import metadata
+
         return metadata.EntryPoint(self.name, self.value, "").load()
 
 
@@ -64,6 +68,8 @@ def find(group: str, path: list[str] | None = None) -> list[Found]:
                 continue
             if marker not in raw:
                 continue
+            from importlib import metadata
+
             dist = metadata.Distribution.at(os.path.join(folder, meta_dir))
             name, version = dist.metadata["Name"] or dist_name, dist.version or ""
             out.extend(
@@ -73,6 +79,8 @@ def find(group: str, path: list[str] | None = None) -> list[Found]:
 
 
 def _slow(group: str) -> list[Found]:
+    from importlib import metadata
+
     found: list[Found] = []
     for ep in metadata.entry_points(group=group):
         dist = getattr(ep, "dist", None)

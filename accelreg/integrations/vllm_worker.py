@@ -1,0 +1,117 @@
+"""vLLM's worker and model runner on the registry platform (:mod:`.vllm_platform`).
+
+vLLM's GPU worker and model runner are written for CUDA (streams, graphs, its memory profiler);
+its CPU worker and model runner drop exactly those, and then pin everything to the host (they
+assert the ``cpu`` device and move every device buffer to host memory). The registry's are
+the CPU ones without that pinning: the device is ``<device_type>:<local rank>`` of the
+registry's backend, each rank's buffers, weights and KV cache live there, collectives run on
+the backend's own ``torch.distributed`` backend, and the KV cache is sized from the plugin's
+``memory_info`` (or ``kv_cache_memory_bytes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+import torch
+from vllm.platforms import current_platform
+from vllm.utils.torch_utils import set_random_seed
+from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+from vllm.v1.worker.cpu_worker import CPUWorker
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+
+from ..errors import DeviceError
+
+__all__ = ["RegistryModelRunner", "RegistryWorker"]
+
+
+@contextmanager
+def _device_streams(device: torch.device) -> Iterator[None]:
+    """``torch.cuda.Stream``/``torch.cuda.Event`` as the device's own while vLLM's model runner
+    is built (it creates its streams and events through ``torch.cuda``)."""
+    cuda = torch.cuda
+    saved = cuda.Stream, cuda.Event
+
+    def stream(*args: Any, **kwargs: Any) -> torch.Stream:
+        return torch.Stream(device=device)
+
+    def event(*args: Any, enable_timing: bool = False, blocking: bool = False, **kwargs: Any) -> torch.Event:
+        return torch.Event(device=device, enable_timing=enable_timing, blocking=blocking)
+
+    cuda.Stream, cuda.Event = stream, event  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        cuda.Stream, cuda.Event = saved  # type: ignore[misc]
+
+
+class RegistryModelRunner(CPUModelRunner):
+    """vLLM's CPU model runner on a registry device: the model, its inputs and the KV cache
+    live on ``device``."""
+
+    def __init__(self, vllm_config: Any, device: torch.device) -> None:
+        with _device_streams(device):
+            GPUModelRunner.__init__(self, vllm_config, device)
+        self.use_cuda_graph = False
+
+    def _sync_device(self) -> None:
+        torch.accelerator.synchronize()
+
+
+class RegistryWorker(CPUWorker):
+    """vLLM's worker for one device of the registry backend the platform serves."""
+
+    def __init__(
+        self,
+        vllm_config: Any,
+        local_rank: int,
+        rank: int,
+        distributed_init_method: str,
+        is_driver_worker: bool = False,
+    ) -> None:
+        # CPUWorker's own set-up binds host memory nodes; a device worker has none to bind
+        Worker.__init__(self, vllm_config, local_rank, rank, distributed_init_method, is_driver_worker)
+        self.parallel_config.disable_custom_all_reduce = True
+
+    def init_device(self) -> None:
+        platform = current_platform
+        count = platform.device_count()
+        if self.local_rank >= count:
+            var = platform.device_control_env_var
+            raise DeviceError(
+                f"vLLM worker {self.rank} wants {platform.device_type}:{self.local_rank}, but {platform.backend} "
+                f"has {count} device(s) here (visible through {var}); lower tensor_parallel_size or show more devices"
+            )
+        self.device = torch.device(platform.device_type, self.local_rank)
+        platform.set_device(self.device)
+        init_worker_distributed_environment(
+            self.vllm_config, self.rank, self.distributed_init_method, self.local_rank, platform.dist_backend
+        )
+        set_random_seed(self.model_config.seed)
+        self.model_runner = RegistryModelRunner(self.vllm_config, self.device)
+
+    def _maybe_get_memory_pool_context(self, tag: str) -> AbstractContextManager[Any]:
+        """No sleep-mode memory pool: the device's own allocator holds everything."""
+        return nullcontext()
+
+    def determine_available_memory(self) -> int:
+        """Bytes for the KV cache: ``kv_cache_memory_bytes`` when set, else the share
+        ``gpu_memory_utilization`` of the device's total memory (from the plugin's
+        ``memory_info``) less what the weights and a profiling step hold."""
+        explicit = self.cache_config.kv_cache_memory_bytes
+        if explicit is not None:
+            return int(explicit)
+        index = self.device.index or 0
+        self.model_runner.profile_run()
+        free, total = current_platform.mem_get_info(index)
+        share = self.cache_config.gpu_memory_utilization
+        available = int(total * share) - (total - free)
+        if available <= 0:
+            raise DeviceError(
+                f"{self.device}: {total - free} of {total} bytes are in use after loading the model, more than "
+                f"gpu_memory_utilization={share} allows; raise it or set kv_cache_memory_bytes"
+            )
+        return available
