@@ -27,7 +27,9 @@ from accelreg.testing import clean_environ, emu_environ
 from ..deepspeed._harness import free_port
 from ..deepspeed.test_launcher import Job, run_jobs
 
-pytestmark = [pytest.mark.slow, pytest.mark.emu]
+#: Every test but the in-process one shares the module's jobs (launchers, two interpreters each):
+#: slow. The in-process check of the never-silently-cpu rule stays in the default run.
+pytestmark = pytest.mark.emu
 
 pytest.importorskip("accelerate", reason="accelerate is in the [accelerate] extra")
 
@@ -150,6 +152,7 @@ def _trained(rank: dict[str, Any], jobs: dict[str, Job], name: str, r: int) -> N
     assert rank["params"] == _cpu_params(jobs), "the parameters differ from the 2-process cpu run"
 
 
+@pytest.mark.slow
 def test_a_vendor_only_backend_gets_one_rank_per_device_counted_by_the_registry(jobs):
     ranks = jobs["emu"].ranks(2)
     for r, rank in enumerate(ranks):
@@ -158,12 +161,14 @@ def test_a_vendor_only_backend_gets_one_rank_per_device_counted_by_the_registry(
         assert rank["masks"] == {} and rank["emulated_visible"] == [0, 1], rank
 
 
+@pytest.mark.slow
 def test_install_in_the_script_under_the_stock_launcher(jobs):
     for r, rank in enumerate(jobs["emu-install"].ranks(2)):
         _trained(rank, jobs, "emu", r)
         assert rank["distributed_type"] == "MULTI_GPU" and rank["process_group"] == "emuccl", rank
 
 
+@pytest.mark.slow
 def test_npu_with_the_config_file_accelerate_config_default_writes(jobs):
     ranks = jobs["npu-config"].ranks(2)
     config = CONFIG["npu"]
@@ -174,12 +179,14 @@ def test_npu_with_the_config_file_accelerate_config_default_writes(jobs):
         assert rank["distributed_type"] == "MULTI_NPU" and rank["process_group"] == "hccl", rank
 
 
+@pytest.mark.slow
 def test_mlu_with_an_explicit_process_count(jobs):
     for r, rank in enumerate(jobs["mlu"].ranks(2)):
         _trained(rank, jobs, "mlu", r)
         assert rank["distributed_type"] == "MULTI_MLU" and rank["process_group"] == "cncl", rank
 
 
+@pytest.mark.slow
 def test_two_machines_on_localhost_each_on_its_own_device(jobs):
     for name in ("machine0", "machine1"):
         assert jobs[name].returncode == 0, jobs[name].describe()
@@ -194,6 +201,7 @@ def test_two_machines_on_localhost_each_on_its_own_device(jobs):
         assert rank["process_group"] == "emuccl" and rank["params"] == _cpu_params(jobs), rank
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpu-ids", "devices"])
 def test_one_device_lands_on_physical_device_1(jobs, name):
     """``--gpu_ids 1`` masks the backend's own variable (accelerate 1.10-1.15 would set
@@ -205,6 +213,7 @@ def test_one_device_lands_on_physical_device_1(jobs, name):
     assert rank["processes"] == 1 and rank["restored"], rank
 
 
+@pytest.mark.slow
 def test_a_backend_disabled_in_accelreg_is_never_used_by_a_rank(jobs):
     """ACCELREG_DISABLE=npu: accelerate's own detection still finds the (emulated) npu runtime;
     every rank runs on the cpu as accelerate's cpu ranks do, and torch.accelerator says none."""
@@ -214,6 +223,7 @@ def test_a_backend_disabled_in_accelreg_is_never_used_by_a_rank(jobs):
         assert rank["accelerator"] == "None" and rank["params"] == _cpu_params(jobs), rank
 
 
+@pytest.mark.slow
 def test_accelerate_env_shows_the_registry_backend(jobs):
     job = jobs["env"]
     assert job.returncode == 0, job.describe()

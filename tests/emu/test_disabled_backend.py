@@ -8,7 +8,8 @@ runtime by itself (accelerate's ``is_npu_available()``, DeepSpeed's own detectio
 of Fabric's own launcher each ask torch.accelerator, ``accelreg.resolve()``, DeepSpeed's
 accelerator, Lightning's ``accelerator="auto"`` (accelerate's ``PartialState`` in the torchrun
 ranks) and Ray's NPU resource count: all cpu, none, or 0. accelerate's own launcher with npu
-disabled is in test_accelerate_launch.py. The jobs run at once, each in its own process group.
+disabled is in test_accelerate_launch.py, a Ray node and its tasks in test_ray.py
+(``TestRayWithNpuDisabledInAccelreg``). The jobs run at once, each in its own process group.
 """
 
 from __future__ import annotations
