@@ -535,6 +535,19 @@ def _lora_devices(model: Any) -> dict[str, tuple[torch.device, torch.device]]:
     return out
 
 
+def assert_logits_match_the_cpu(model: Any, models: Models, quantization: Any) -> None:
+    """The quantized tiny Qwen2 on the device gives the logits of the same quantization on the cpu."""
+    from transformers import Qwen2ForCausalLM
+
+    ref = Qwen2ForCausalLM.from_pretrained(
+        models.qwen_path, device_map="cpu", quantization_config=quantization
+    )
+    with torch.no_grad():
+        got = model(models.qwen_ids.to(next(model.parameters()).device)).logits.cpu()
+        want = ref(models.qwen_ids).logits
+    assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
+
+
 @pytest.fixture(scope="module")
 def models(stock: Stock) -> Models:
     import bitsandbytes
@@ -648,13 +661,8 @@ class TestModels:
         assert type(layer).__name__ == "Linear4bit", type(layer)
         assert layer.weight.dtype == torch.uint8 and layer.weight.device.type == "npu", layer.weight
         assert {p.device.type for p in model.parameters()} == {"npu"}
-        ref = Qwen2ForCausalLM.from_pretrained(models.qwen_path, device_map="cpu", quantization_config=q)
-        first = next(model.parameters()).device
-        with torch.no_grad():
-            got = model(models.qwen_ids.to(first)).logits.cpu()
-            want = ref(models.qwen_ids).logits
-        assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
-        del model, ref
+        assert_logits_match_the_cpu(model, models, q)
+        del model
         gc.collect()
 
     def test_bnb_8bit_auto_loads_quantized_onto_npu_and_matches_cpu_8bit(
@@ -677,12 +685,8 @@ class TestModels:
         assert layer.weight.dtype == torch.int8 and layer.weight.device.type == "npu", layer.weight
         assert layer.weight.SCB.device == layer.weight.device
         assert {p.device.type for p in model.parameters()} == {"npu"}
-        ref = Qwen2ForCausalLM.from_pretrained(models.qwen_path, device_map="cpu", quantization_config=q)
-        with torch.no_grad():
-            got = model(models.qwen_ids.to(next(model.parameters()).device)).logits.cpu()
-            want = ref(models.qwen_ids).logits
-        assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
-        del model, ref
+        assert_logits_match_the_cpu(model, models, q)
+        del model
         gc.collect()
 
     def test_bnb_8bit_without_the_runtime_override_is_refused_up_front_not_quantized_on_cpu(
