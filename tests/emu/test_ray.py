@@ -261,12 +261,9 @@ class TestRayWithNpuDisabledInAccelreg:
     def test_a_task_never_puts_work_on_the_disabled_backend(self, disabled_ray: None) -> None:
         seen = ray.get(disabled_npu_view.remote())
         assert seen["torch_own"] == "npu", seen  # the runtime is up: torch alone would answer npu
-        assert (seen["accelerator"], seen["count"], seen["device"], seen["mask"]) == (
-            "None",
-            0,
-            "cpu",
-            None,
-        ), seen
+        assert (seen["accelerator"], seen["count"], seen["device"]) == ("None", 0, "cpu"), seen
+        # no unit of npu given: Ray 2.56+ leaves the mask alone, earlier releases hide every device
+        assert seen["mask"] in (None, ""), seen
 
 
 # -- mlu: a name Ray does not have, the driver under `accelreg run --devices 1,0` ---------------
