@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import re
-import subprocess
 import sys
 import textwrap
 from importlib import metadata
@@ -26,7 +25,7 @@ import accelreg
 from accelreg import registry
 from accelreg.cli import main
 from accelreg.cli.env import REPORT_WIDTH, env_report, markdown_report
-from accelreg.testing import clean_environ, run_python
+from accelreg.testing import run_python
 from accelreg.types import BackendSpec
 
 from ._fakes import plugin, spec
@@ -43,15 +42,24 @@ def _env(capsys, *args: str) -> str:
     return capsys.readouterr().out
 
 
-def _cli(args: list[str], cwd: Path, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "accelreg", *args],
-        capture_output=True,
-        text=True,
-        env=clean_environ(extra),
-        cwd=cwd,
-        timeout=300,
-    )
+def _cli(
+    args: list[str],
+    cwd: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: dict[str, str] | None = None,
+) -> str:
+    """``accelreg ARGS`` in this process (``accelreg.cli.main``), run from ``cwd`` with ``extra``
+    set, on a registry built for it: what it printed. tests/test_cli.py runs each command once
+    as a subprocess; the configuration files a fresh process reads from its folder are read here
+    the same way (the registry is rebuilt after the move)."""
+    monkeypatch.chdir(cwd)
+    for key, value in (extra or {}).items():
+        monkeypatch.setenv(key, value)
+    accelreg.reset()
+    capsys.readouterr()
+    main(args)
+    return capsys.readouterr().out
 
 
 # -- the host -----------------------------------------------------------------------------
@@ -194,29 +202,29 @@ def test_a_spec_whose_versions_is_not_callable_fails_alone():
 
 
 # -- configuration ------------------------------------------------------------------------
-def test_the_configuration_files_read_are_named_first(tmp_path):
+def test_the_configuration_files_read_are_named_first(tmp_path, monkeypatch, capsys):
     (tmp_path / "accelreg.toml").write_text('disable = ["mlu"]\n')
-    out = _cli(["env"], tmp_path).stdout.splitlines()
+    out = _cli(["env"], tmp_path, monkeypatch, capsys).splitlines()
     assert out[1] == f"config: read {tmp_path / 'accelreg.toml'}"
-    data = json.loads(_cli(["env", "--json"], tmp_path).stdout)
+    data = json.loads(_cli(["env", "--json"], tmp_path, monkeypatch, capsys))
     assert data["config"] == {"files": [str(tmp_path / "accelreg.toml")], "errors": [], "warnings": []}
 
 
-def test_a_malformed_file_is_at_the_top_and_in_the_priority_line(tmp_path):
+def test_a_malformed_file_is_at_the_top_and_in_the_priority_line(tmp_path, monkeypatch, capsys):
     (tmp_path / "accelreg.toml").write_text('priority = ["npu"\n')
-    proc = _cli(["env"], tmp_path)
-    lines = proc.stdout.splitlines()
+    stdout = _cli(["env"], tmp_path, monkeypatch, capsys)
+    lines = stdout.splitlines()
     assert lines[1] == "config: no configuration file read"
     assert lines[2].startswith(f"config: SKIPPED {tmp_path / 'accelreg.toml'}: malformed TOML")
     priority = next(line for line in lines if line.startswith("priority: "))
     assert priority.endswith("(from default; 1 configuration file skipped, see config above)")
     assert lines.count(lines[2]) == 1  # not repeated under warnings
-    assert "malformed TOML" not in proc.stdout.split("priority: ")[1]
+    assert "malformed TOML" not in stdout.split("priority: ")[1]
 
 
-def test_a_typo_key_gets_did_you_mean(tmp_path):
+def test_a_typo_key_gets_did_you_mean(tmp_path, monkeypatch, capsys):
     (tmp_path / "accelreg.toml").write_text('priorty = ["npu"]\n')
-    out = _cli(["env"], tmp_path).stdout
+    out = _cli(["env"], tmp_path, monkeypatch, capsys)
     assert "unknown setting 'priorty' (did you mean 'priority'?)" in out.split("\n\n")[0]
     with pytest.raises(
         accelreg.ConfigError, match=r"unknown setting 'priorty' \(did you mean 'priority'\?\)"
@@ -224,12 +232,12 @@ def test_a_typo_key_gets_did_you_mean(tmp_path):
         accelreg.configure(priorty=["npu"])
 
 
-def test_accelreg_config_shows_values_shadowed_by_a_higher_channel(tmp_path):
+def test_accelreg_config_shows_values_shadowed_by_a_higher_channel(tmp_path, monkeypatch, capsys):
     (tmp_path / "accelreg.toml").write_text('priority = ["npu"]\nstrict = false\n')
     user = tmp_path / "user.toml"
     user.write_text('priority = ["mlu"]\n')
     extra = {"ACCELREG_PRIORITY": "xpu,npu", "ACCELREG_CONFIG": str(user)}
-    data = json.loads(_cli(["config", "--json"], tmp_path, extra).stdout)["values"]
+    data = json.loads(_cli(["config", "--json"], tmp_path, monkeypatch, capsys, extra))["values"]
     assert (
         data["priority"]["value"] == ["xpu", "npu"] and data["priority"]["source"] == "env ACCELREG_PRIORITY"
     )
@@ -238,7 +246,7 @@ def test_accelreg_config_shows_values_shadowed_by_a_higher_channel(tmp_path):
         {"value": ["mlu"], "source": str(user)},
     ]
     assert data["strict"]["shadowed"] == []
-    text = _cli(["config"], tmp_path, extra).stdout
+    text = _cli(["config"], tmp_path, monkeypatch, capsys, extra)
     assert f"priority = npu  from {tmp_path / 'accelreg.toml'}  (overridden by env ACCELREG_PRIORITY)" in text
     assert f"priority = mlu  from {user}  (overridden by env ACCELREG_PRIORITY)" in text
 

@@ -190,15 +190,21 @@ def site(tmp_path, monkeypatch):
     importlib.invalidate_caches()
 
 
-def test_a_third_party_integration_is_found_listed_and_enabled_when_its_library_is_imported(site):
+def _fooml(site: Path, integration_source: str) -> None:
+    """The library fooml 1.4.0 and accelreg-fooml 0.1, whose module holds ``integration_source``
+    and is registered as fooml's integration."""
     _dist(site, "fooml", "1.4.0", "", {"fooml.py": _LIBRARY})
     _dist(
         site,
         "accelreg-fooml",
         "0.1",
         "fooml = accelreg_fooml:INTEGRATION",
-        {"accelreg_fooml.py": _INTEGRATION},
+        {"accelreg_fooml.py": integration_source},
     )
+
+
+def test_a_third_party_integration_is_found_listed_and_enabled_when_its_library_is_imported(site):
+    _fooml(site, _INTEGRATION)
     assert "fooml" in table.triggers()  # the start-up hook watches it, importing nothing
     assert "accelreg_fooml" not in sys.modules
     assert table.names()[-1] == "fooml" and table.failures() == []
@@ -216,14 +222,7 @@ def test_a_third_party_integration_is_found_listed_and_enabled_when_its_library_
 
 
 def test_a_broken_or_mismatched_third_party_integration_is_recorded_and_strict_mode_raises(site):
-    _dist(site, "fooml", "1.4.0", "", {"fooml.py": _LIBRARY})
-    _dist(
-        site,
-        "accelreg-fooml",
-        "0.1",
-        "fooml = accelreg_fooml:INTEGRATION",
-        {"accelreg_fooml.py": "raise ImportError('no')"},
-    )
+    _fooml(site, "raise ImportError('no')")
     _dist(site, "other-fooml", "0.2", "fooml.sub = other_fooml:INTEGRATION", {"other_fooml.py": _INTEGRATION})
     failures = {f.distribution: f.reason for f in table.failures()}
     assert failures["accelreg-fooml"] == "ImportError: no"
@@ -237,14 +236,7 @@ def test_a_broken_or_mismatched_third_party_integration_is_recorded_and_strict_m
 
 
 def test_two_third_party_integrations_of_one_name_are_a_conflict_naming_both(site):
-    _dist(site, "fooml", "1.4.0", "", {"fooml.py": _LIBRARY})
-    _dist(
-        site,
-        "accelreg-fooml",
-        "0.1",
-        "fooml = accelreg_fooml:INTEGRATION",
-        {"accelreg_fooml.py": _INTEGRATION},
-    )
+    _fooml(site, _INTEGRATION)
     _dist(site, "other-fooml", "0.2", "fooml = other_fooml:INTEGRATION", {"other_fooml.py": _INTEGRATION})
     [failure] = table.failures()
     assert "registered by both accelreg-fooml and other-fooml" in failure.reason

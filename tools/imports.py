@@ -146,6 +146,15 @@ def _reach(graph: Graph, importer: str, line: int, module: str, attr: str | None
             graph.private.append((importer, line, f"{module}.{attr}"))
 
 
+def _from_base(name: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` in module ``name`` imports from, relative levels resolved."""
+    if not node.level:
+        return node.module or ""
+    base_parts = name.split(".") if is_package else name.split(".")[:-1]
+    base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+    return ".".join([*base_parts, *([node.module] if node.module else [])])
+
+
 def _bindings(
     modules: dict[str, Path], name: str, is_package: bool, node: ast.AST
 ) -> Iterator[tuple[str, str, str | None]]:
@@ -158,12 +167,7 @@ def _bindings(
                 yield (alias.asname or alias.name.split(".")[0]), alias.name, None
         return
     assert isinstance(node, ast.ImportFrom)
-    if node.level:
-        base_parts = name.split(".") if is_package else name.split(".")[:-1]
-        base_parts = base_parts[: len(base_parts) - (node.level - 1)]
-        base = ".".join([*base_parts, *([node.module] if node.module else [])])
-    else:
-        base = node.module or ""
+    base = _from_base(name, is_package, node)
     if base.split(".")[0] != top or base not in modules:
         return
     for alias in node.names:
@@ -180,12 +184,7 @@ def _targets(modules: dict[str, Path], name: str, is_package: bool, node: ast.AS
         candidates = [alias.name for alias in node.names]
     else:
         assert isinstance(node, ast.ImportFrom)
-        if node.level:
-            base_parts = name.split(".") if is_package else name.split(".")[:-1]
-            base_parts = base_parts[: len(base_parts) - (node.level - 1)]
-            base = ".".join([*base_parts, *([node.module] if node.module else [])])
-        else:
-            base = node.module or ""
+        base = _from_base(name, is_package, node)
         candidates = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
     for target in candidates:
         while target and target not in modules:

@@ -11,6 +11,7 @@ the backend's own ``torch.distributed`` backend, and the KV cache is sized from 
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -28,12 +29,33 @@ from ..errors import DeviceError
 __all__ = ["RegistryModelRunner", "RegistryWorker"]
 
 
+def _device_modules_without_devices() -> list[Any]:
+    """torch's per-device-type modules (``torch.<type>``, those with ``Stream``, ``Event`` and
+    ``is_available``) that have no device in this process: the ones whose streams vLLM's GPU
+    model runner would ask for, whichever type that is."""
+    found = []
+    for name in dir(torch):
+        module = getattr(torch, name, None)
+        if not isinstance(module, types.ModuleType) or module in found:
+            continue
+        if not all(hasattr(module, attr) for attr in ("Stream", "Event", "is_available")):
+            continue
+        try:
+            if module.is_available():
+                continue
+        except Exception:  # noqa: BLE001 - a runtime that cannot answer has no device here either
+            pass
+        found.append(module)
+    return found
+
+
 @contextmanager
 def _device_streams(device: torch.device) -> Iterator[None]:
-    """``torch.cuda.Stream``/``torch.cuda.Event`` as the device's own while vLLM's model runner
-    is built (it creates its streams and events through ``torch.cuda``)."""
-    cuda = torch.cuda
-    saved = cuda.Stream, cuda.Event
+    """Streams and events of the registry's ``device`` wherever vLLM's model runner asks a torch
+    device module that has no device here (it creates its streams and events through the
+    module of the accelerator it was written for), while the runner is built."""
+    modules = _device_modules_without_devices()
+    saved = [(module, module.Stream, module.Event) for module in modules]
 
     def stream(*args: Any, **kwargs: Any) -> torch.Stream:
         return torch.Stream(device=device)
@@ -41,11 +63,13 @@ def _device_streams(device: torch.device) -> Iterator[None]:
     def event(*args: Any, enable_timing: bool = False, blocking: bool = False, **kwargs: Any) -> torch.Event:
         return torch.Event(device=device, enable_timing=enable_timing, blocking=blocking)
 
-    cuda.Stream, cuda.Event = stream, event  # type: ignore[assignment,misc]
+    for module in modules:
+        module.Stream, module.Event = stream, event
     try:
         yield
     finally:
-        cuda.Stream, cuda.Event = saved  # type: ignore[misc]
+        for module, old_stream, old_event in saved:
+            module.Stream, module.Event = old_stream, old_event
 
 
 class RegistryModelRunner(CPUModelRunner):
@@ -55,7 +79,6 @@ class RegistryModelRunner(CPUModelRunner):
     def __init__(self, vllm_config: Any, device: torch.device) -> None:
         with _device_streams(device):
             GPUModelRunner.__init__(self, vllm_config, device)
-        self.use_cuda_graph = False
 
     def _sync_device(self) -> None:
         torch.accelerator.synchronize()

@@ -7,6 +7,8 @@ runs both classes of one name in one child.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from accelreg.testing import BackendConformance
@@ -17,6 +19,7 @@ pytestmark = pytest.mark.emu
 _KW = {"devices": 2, "memory": "256MiB,320MiB"}
 
 
+@pytest.mark.slow  # the emulator's own name; the default run has npu through accelreg's built-in
 @pytest.mark.accelreg_emu(name="emu", **_KW)
 class TestEmu(BackendConformance):
     backend = "emu"
@@ -32,13 +35,14 @@ class TestEmu(BackendConformance):
 
 def _classes(name: str, *, slow: bool = True):
     """The kit under ``name``, through the emulator's plugin and through accelreg's built-in; every
-    name but npu in the slow group (tests/_matrix.py: one name in the default run)."""
+    name but npu in the slow group (tests/_matrix.py: one name in the default run), and npu
+    through the emulator's plugin too (the default run keeps the built-in: accelreg's own code)."""
 
-    def marker(cls: type) -> type:
+    def marker(cls: type, slow: bool = slow) -> type:
         cls = pytest.mark.accelreg_emu(name=name, **_KW)(cls)
         return pytest.mark.slow(cls) if slow else cls
 
-    @marker
+    @functools.partial(marker, slow=True)
     class ViaPlugin(BackendConformance):
         """The accelreg-emu plugin provides the backend (it replaces the built-in)."""
 
@@ -117,6 +121,7 @@ def _emulated(monkeypatch: pytest.MonkeyPatch, site: object = None) -> None:
         )
 
 
+@pytest.mark.slow  # six masked interpreters; the default run has the kit's is_available check below
 def test_the_kit_fails_a_runtime_that_ignores_its_visible_devices_variable(pytester, monkeypatch):
     """A vendor runtime that never reads the variable its plugin declares passed the kit before;
     every rank of a job would then share every device."""

@@ -73,6 +73,7 @@ def test_two_ranks_each_resolve_their_own_device():
     assert rows[0]["visible"] is None
 
 
+@pytest.mark.slow  # three emulated devices under torchrun; two ranks run in the default set above
 def test_mask_that_skips_a_physical_device():
     # physical devices 0, 1, 2 with distinct capacities; the job gets 0 and 2
     env = emu_environ("npu", 3, "1GiB,2GiB,3GiB")
