@@ -96,8 +96,11 @@ def test_the_watch_list_covers_every_host_library() -> None:
     from accelreg.integrations import table
 
     names = startup.watched()
-    for trigger in table.BUILTIN.values():
-        assert trigger in names and trigger.split(".")[0] in names
+    for name, trigger in table.BUILTIN.items():
+        if name in table.FOLLOWERS:  # torch: every job process imports it; install() waits for a host library
+            assert trigger not in names and trigger.split(".")[0] not in names
+        else:
+            assert trigger in names and trigger.split(".")[0] in names
 
 
 @pytest.mark.parametrize("name", ["npu", "emu"])

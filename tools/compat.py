@@ -7,6 +7,9 @@
         # every release wheel in DIR (pip download --no-deps ...): each seam's adapter read
         # statically from the wheel's sources; written to docs/compat/survey.json (--merge keeps
         # the recorded releases of libraries whose wheels DIR does not hold)
+    python tools/compat.py accelerator-calls --wheels DIR [--merge]
+        # every release wheel (or sdist) in DIR of each host library: each torch.accelerator call
+        # site, read statically; written to docs/compat/accelerator_calls.json
     python tools/compat.py table
         # docs/compatibility.md from the integrations table and docs/compat/*.json
 
@@ -18,6 +21,7 @@ when the committed page differs from what :func:`render` makes.
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import glob
 import importlib
@@ -145,6 +149,14 @@ def record(args: argparse.Namespace) -> None:
     print(f"wrote {RECORDS / (args.set + '.json')}")
 
 
+def _release_of(archive: str) -> tuple[str, str] | None:
+    """``(distribution, version)`` of a wheel or sdist file name (``None`` for anything else)."""
+    m = re.match(r"([A-Za-z_]+)-(\d[^-]*?)(?:-|\.tar\.gz$)", os.path.basename(archive))
+    if m is None:
+        return None
+    return m.group(1).lower().replace("_", "-"), m.group(2)
+
+
 def survey(args: argparse.Namespace) -> None:
     from packaging.version import Version
 
@@ -154,10 +166,10 @@ def survey(args: argparse.Namespace) -> None:
         glob.glob(os.path.join(args.wheels, "*.whl")) + glob.glob(os.path.join(args.wheels, "*.tar.gz"))
     )
     for archive in archives:
-        m = re.match(r"([A-Za-z_]+)-(\d[^-]*?)(?:-|\.tar\.gz$)", os.path.basename(archive))
-        if m is None:
+        release = _release_of(archive)
+        if release is None:
             continue
-        dist, version = m.group(1).lower().replace("_", "-"), m.group(2)
+        dist, version = release
         chosen = [integ for integ in table_rows if integ.distribution == dist]  # a wheel may ship several
         if not chosen:
             continue
@@ -178,11 +190,47 @@ def survey(args: argparse.Namespace) -> None:
         seen = {(r.get("integration", r["library"]), r["version"]) for r in rows}
         old = json.loads(path.read_text())["releases"]
         rows += [r for r in old if (r.get("integration", r["library"]), r["version"]) not in seen]
+    rows += _installed_rows(
+        table_rows, {(r.get("integration", r["library"]), _minor(r["version"])) for r in rows}
+    )
     rows.sort(key=lambda r: (r.get("integration", r["library"]), Version(r["version"])))
     RECORDS.mkdir(parents=True, exist_ok=True)
     payload = {"date": datetime.date.today().isoformat(), "releases": rows}
     (RECORDS / "survey.json").write_text(json.dumps(payload, indent=1) + "\n")
     print(f"wrote {RECORDS / 'survey.json'} ({len(rows)} releases)")
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def _installed_rows(table_rows: list[Any], read: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Rows for the installed release of each integration's library whose minor release no
+    archive (nor, with ``--merge``, the record) gave, read from the installed sources (torch, for ``torch.accelerator``: the survey
+    downloads no 800 MB wheel for the release every set runs). Only a release inside the range
+    the row serves."""
+    import importlib.util
+
+    rows = []
+    for integ in table_rows:
+        version = integ.version()
+        if version is None or version not in integ.releases or (integ.name, _minor(version)) in read:
+            continue
+        spec = importlib.util.find_spec(integ.trigger.split(".")[0])
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = os.path.dirname(next(iter(spec.submodule_search_locations)))
+        matches = integ.survey(root=root)
+        rows.append(
+            {
+                "library": integ.distribution,
+                "integration": integ.name,
+                "version": version,
+                "installed": True,
+                "adapters": {m.seam.name: (m.adapter.name if m.adapter else None) for m in matches},
+            }
+        )
+    return rows
 
 
 def _unpack_sources(archive: str, into: str) -> None:
@@ -200,6 +248,157 @@ def _unpack_sources(archive: str, into: str) -> None:
             if member.isfile() and rest.endswith(".py"):
                 member.name = rest
                 tf.extract(member, into, filter="data")
+
+
+#: Distributions whose releases the torch.accelerator survey reads (wheels; DeepSpeed's sdists).
+ACCELERATOR_CALLERS = (
+    "accelerate",
+    "transformers",
+    "peft",
+    "deepspeed",
+    "lightning",
+    "pytorch-lightning",
+    "ray",
+)
+#: torch.accelerator functions whose answers follow the registry under install()
+#: (accelreg.integrations.torch_accelerator): the rest address torch's runtime's current device.
+FOLLOWED = ("current_accelerator", "device_count", "is_available")
+
+
+class _AcceleratorCalls(ast.NodeVisitor):
+    """Every use of ``torch.accelerator`` in one module: ``torch.accelerator.<api>`` (called or
+    read), the module object itself, ``from torch.accelerator import <api>``, and torch's private
+    ``torch._C._accelerator_*`` bindings; each with the enclosing function."""
+
+    def __init__(self) -> None:
+        self.scope: list[str] = []
+        self.sites: list[tuple[str, str, int]] = []
+
+    def _visit_scope(self, node: ast.AST, name: str) -> None:
+        self.scope.append(name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._visit_scope(node, node.name)
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self._visit_scope(node, node.name)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._visit_scope(node, node.name)
+
+    def _add(self, api: str, line: int) -> None:
+        self.sites.append((".".join(self.scope) or "<module>", api, line))
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        value = node.value
+        if isinstance(value, ast.Attribute) and value.attr == "accelerator":
+            if isinstance(value.value, ast.Name) and value.value.id == "torch":
+                self._add(node.attr, node.lineno)
+                return  # not again as the module object
+        if node.attr == "accelerator" and isinstance(value, ast.Name) and value.id == "torch":
+            self._add("<module>", node.lineno)
+        if node.attr.startswith("_accelerator_") and isinstance(value, ast.Attribute) and value.attr == "_C":
+            self._add(f"_C.{node.attr}", node.lineno)
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.module == "torch.accelerator":
+            for alias in node.names:
+                self._add(alias.name, node.lineno)
+        elif node.module == "torch" and any(a.name == "accelerator" for a in node.names):
+            self._add("<module>", node.lineno)
+
+
+def accelerator_sites(root: str) -> list[dict[str, object]]:
+    """Every torch.accelerator use under ``root`` (unpacked sources), tests and examples left out."""
+    out: list[dict[str, object]] = []
+    for path in sorted(Path(root).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        parts = rel.split("/")
+        if any(p in ("tests", "test", "examples", "benchmarks") for p in parts) or parts[0].endswith(".data"):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+        visitor = _AcceleratorCalls()
+        visitor.visit(tree)
+        out += [{"file": rel, "function": fn, "api": api, "line": line} for fn, api, line in visitor.sites]
+    return out
+
+
+def accelerator_calls(args: argparse.Namespace) -> None:
+    from packaging.version import InvalidVersion, Version
+
+    rows = []
+    for archive in sorted(glob.glob(os.path.join(args.wheels, "*"))):
+        release = _release_of(archive)
+        if release is None or release[0] not in ACCELERATOR_CALLERS:
+            continue
+        dist, version = release
+        try:
+            Version(version)
+        except InvalidVersion:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            _unpack_sources(archive, tmp)
+            rows.append({"library": dist, "version": version, "sites": accelerator_sites(tmp)})
+        print(f"{dist} {version}: {len(rows[-1]['sites'])} call sites", flush=True)
+    path = RECORDS / "accelerator_calls.json"
+    if args.merge and path.exists():
+        seen = {(r["library"], r["version"]) for r in rows}
+        rows += [
+            r for r in json.loads(path.read_text())["releases"] if (r["library"], r["version"]) not in seen
+        ]
+    rows.sort(key=lambda r: (r["library"], Version(r["version"])))
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    payload = {"date": datetime.date.today().isoformat(), "followed": list(FOLLOWED), "releases": rows}
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {path} ({len(rows)} releases)")
+
+
+def _accelerator_lines() -> list[str]:
+    path = RECORDS / "accelerator_calls.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    followed = set(data.get("followed", FOLLOWED))
+    lines = [
+        f"## `torch.accelerator` call sites, release by release (`tools/compat.py accelerator-calls`, {data['date']})",
+        "",
+        "Each release's sources (wheels; DeepSpeed's sdists), read without importing them: every",
+        "use of `torch.accelerator` outside tests and examples. Under `accelreg.install()`",
+        f"`{'`, `'.join(sorted(followed))}` answer the registry's backend where it and torch disagree",
+        "(docs/integrations.md, torch.accelerator); the other functions address the current device",
+        "of torch's accelerator runtime, and agree whenever that is the registry's backend. `new`",
+        "lists the call sites (file: function: api) a release adds over the one before it.",
+        "",
+    ]
+    by_lib: dict[str, list[dict[str, object]]] = {}
+    for row in data["releases"]:
+        by_lib.setdefault(str(row["library"]), []).append(row)
+    for lib, rows in by_lib.items():
+        lines += [
+            f"### {lib}",
+            "",
+            "| release | sites | APIs | new since the release before |",
+            "| --- | --- | --- | --- |",
+        ]
+        before: set[tuple[str, str, str]] = set()
+        for row in rows:
+            sites = row["sites"]  # type: ignore[assignment]
+            keys = {(s["file"], s["function"], s["api"]) for s in sites}  # type: ignore[index]
+            apis = sorted({str(s["api"]) for s in sites})  # type: ignore[index]
+            shown = ", ".join(f"`{a}`" + ("" if a in followed else "*") for a in apis) or "none"
+            new = sorted(keys - before) if before or rows[0] is not row else []
+            new_text = "; ".join(f"`{f}`: `{fn}`: `{a}`" for f, fn, a in new) if new else "—"
+            lines.append(f"| {row['version']} | {len(sites)} | {shown} | {new_text} |")  # type: ignore[arg-type]
+            before = keys
+        lines.append("")
+    lines += ["`*`: addresses torch's runtime's current device (not rerouted; see above).", ""]
+    return lines
 
 
 def _cell(seam: dict[str, object]) -> str:
@@ -269,7 +468,7 @@ def render() -> str:
     """docs/compatibility.md as the table and the records make it."""
     sets = []
     for path in sorted(RECORDS.glob("*.json")):
-        if path.name not in ("survey.json", "upstream.json"):
+        if path.name not in ("survey.json", "upstream.json", "accelerator_calls.json"):
             sets.append(json.loads(path.read_text()))
     sets.sort(key=lambda r: _ORDER.get(r["set"], 9))
     lines = [
@@ -388,6 +587,7 @@ def render() -> str:
             "",
             "Each release's wheel, unpacked and read without importing it: the adapter each seam's",
             "shape selects (behaviour probes are not run here). `—` = the seam matches no adapter.",
+            "`(installed)`: read from the installed sources, not a wheel (torch, every set's release).",
             "",
         ]
         by_lib: dict[str, list[dict[str, object]]] = {}
@@ -404,10 +604,10 @@ def render() -> str:
             lines.append("| --- |" + " --- |" * len(seams))
             for row in rows:
                 cells = [row["adapters"].get(s) or "—" for s in seams]  # type: ignore[union-attr]
-                lines.append(
-                    f"| {row['version']} | " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-                )
+                version = f"{row['version']} (installed)" if row.get("installed") else row["version"]
+                lines.append(f"| {version} | " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
             lines.append("")
+    lines += _accelerator_lines()
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -423,6 +623,12 @@ def main() -> None:
     p.add_argument("--wheels", required=True)
     p.add_argument("--merge", action="store_true", help="keep recorded releases whose wheels are not in DIR")
     p.set_defaults(func=survey)
+    p = sub.add_parser("accelerator-calls")
+    p.add_argument("--wheels", required=True)
+    p.add_argument(
+        "--merge", action="store_true", help="keep recorded releases whose archives are not in DIR"
+    )
+    p.set_defaults(func=accelerator_calls)
     sub.add_parser("table").set_defaults(func=table)
     args = parser.parse_args()
     args.func(args)

@@ -26,6 +26,7 @@ from .. import registry
 from ..errors import AccelregError
 from ..integrations import status as integration_status
 from ..integrations import table as integration_table
+from ..integrations.torch_accelerator import report as torch_accelerator_report
 from ..integrations.vllm import report as vllm_report
 from ..launch import slurm
 from ..registry.hardware import seen as hardware_seen
@@ -147,6 +148,7 @@ def env_report(*, hardware_root: str = "/") -> dict[str, Any]:
         "warnings": list(snap.warnings),
         "integrations": (integrations := _integrations()),
         "integrations_scope": _integrations_scope(integrations),
+        "torch_accelerator": _torch_accelerator(snap),
         "integration_failures": [f.as_dict() for f in integration_table.failures()],
         "slurm": slurm.report(snap.environ),
         "hardware": _hardware(snap, hardware_root),
@@ -219,6 +221,33 @@ def _integrations_scope(items: list[dict[str, Any]]) -> str:
         "per process, and none is enabled in this one; each line says what "
         "accelreg.install() would do in a process that calls it"
     )
+
+
+# -- torch.accelerator against the registry (issue 28) ---------------------------------------
+def _torch_accelerator(snap: Any) -> dict[str, Any]:
+    """torch.accelerator's own answer, the registry's, and why they differ (see
+    :func:`accelreg.integrations.torch_accelerator.report`)."""
+    try:
+        return torch_accelerator_report(snap)
+    except Exception as exc:  # noqa: BLE001 - a report describes, it never raises
+        return {"torch": None, "torch_devices": 0, "registry": snap.current().name, "registry_device_type": None,
+                "agree": True, "why": f"could not ask torch.accelerator: {type(exc).__name__}: {exc}",
+                "follows": False, "under_install": None}  # fmt: skip
+
+
+def _torch_accelerator_lines(report: dict[str, Any]) -> list[str]:
+    """One line when torch.accelerator and the registry agree; the disagreement and the rule
+    that settles it otherwise."""
+    item = report.get("torch_accelerator")
+    if not item:
+        return []
+    if item["agree"]:
+        return [f"torch.accelerator: agrees with the registry ({item['why']})"]
+    then = item["under_install"] or "no accelerator"
+    rule = (
+        "follows the registry in this process" if item["follows"] else "follows it under accelreg.install()"
+    )
+    return [f"torch.accelerator: DISAGREES with the registry: {item['why']}", f"  it {rule}: {then}"]
 
 
 # -- Slurm ---------------------------------------------------------------------------------
@@ -434,6 +463,8 @@ def cmd_env(args: argparse.Namespace) -> int:
     say(_resolve_line(report))
     for line in slurm_lines(report):
         say(line)
+    for line in _torch_accelerator_lines(report):
+        say(line)
     for b in report["backends"]:
         if b["visible_devices_error"]:
             say(f"visible devices of {b['name']}: {b['visible_devices_error']}")
@@ -551,6 +582,8 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
     out += _bullet(_resolve_line(report).replace("  (", " ("), width)
     for line in slurm_lines(report):
         out += _bullet(line, width)
+    for line in _torch_accelerator_lines(report):
+        out += _bullet(line.strip(), width)
     out += ["", "**Backends** (effective order)", ""]
     rows = [[*_backend_cells(b), _provider(b)] for b in report["backends"]]
     out += _md_table(rows, ["#", "backend", "available", "devices", "provider"], width)

@@ -73,8 +73,8 @@ def install() -> list[str]:
     """Enable every integration whose library is installed; returns their names.
 
     First the conflict report: an installed release outside the integrations table (a release
-    its adapters were not verified with) is named in one :class:`IntegrationWarning` per library,
-    before anything is patched; its seams are then matched by shape like any other. An
+    its adapters were not verified with) is named in one :class:`IntegrationWarning` per
+    integration, before anything is patched; its seams are then matched by shape like any other. An
     integration is enabled when its library module is first imported (or now, if it
     already is); a seam that matches no adapter is skipped with an
     :class:`IntegrationWarning`, and nothing raised there reaches the user's ``import``. In

@@ -156,13 +156,28 @@ def keep_inherited_masks(accelerator: Any, backend: str) -> None:
     """Make DeepSpeed's own accelerator class (an instance accelreg built for ``backend``) read
     DeepSpeed's slots as :func:`slots_under_mask` does, as the registry accelerator does: left
     alone it overwrites a mask the node's launch process inherited with the slot ids, another
-    physical device. Set on the instance; a no-op for the registry accelerator and for a class
-    that masks another variable than the backend's."""
+    physical device. For a backend without a mask (the cpu) it hides the devices of the other
+    backend whose variable DeepSpeed's cpu class sets (``""``), instead of listing slots there. Set on the instance; a no-op for the registry
+    accelerator and for a class that masks another variable than the backend's."""
     if isinstance(accelerator, _RegistryAccelerator):
         return
-    spec = registry.get().backend(backend).spec
+    snap = registry.get()
+    spec = snap.backend(backend).spec
     var = spec.visible_devices_var
-    if var is None or var not in accelerator.visible_devices_envs():
+    if var is None:
+        # a backend without a mask (the cpu): DeepSpeed's cpu class "masks" its ranks with
+        # CUDA_VISIBLE_DEVICES=<slots>, another backend's variable, which makes that backend look
+        # present (and failing) to every rank. A cpu job uses none of that backend's devices: ""
+        foreign = {b.spec.visible_devices_var for b in snap.order if b.spec.visible_devices_var}
+        foreign &= set(accelerator.visible_devices_envs())
+        if foreign:
+
+            def hide(current_env: dict[str, str], local_accelerator_ids: list[int]) -> None:
+                current_env.update(dict.fromkeys(foreign, ""))
+
+            accelerator.set_visible_devices_envs = hide
+        return
+    if var not in accelerator.visible_devices_envs():
         return
     original = accelerator.set_visible_devices_envs
 

@@ -28,6 +28,8 @@ for the Trainer (``<root>.trainer.connectors.accelerator_connector._AcceleratorC
   registry accelerator, DDP is built with the device's own stream module (no ``torch.cuda``).
 * ``_AcceleratorRegistry.register``: a Lightning accelerator package registering a name accelreg
   registered replaces accelreg's entry instead of failing with "already present".
+* ``DeepSpeedStrategy.setup_environment`` (Trainer and Fabric): the DeepSpeed strategies accept a
+  registry accelerator (stock: CUDA only); DeepSpeed runs on the accelerator ``install()`` hands it.
 
 ``enable()`` also registers the name of every backend that is *here* — available, or present
 but failing — and that Lightning's registries do not have yet (Fabric's ``ACCELERATOR_REGISTRY``
@@ -246,6 +248,20 @@ def _setup_module(original: Any) -> Any:
     return _ddp_wrap(original, "_determine_ddp_device_ids")
 
 
+def _deepspeed_setup_environment(original: Any) -> Any:
+    @functools.wraps(original)
+    def setup_environment(self: Any) -> None:
+        if not isinstance(getattr(self, "accelerator", None), RegistryAccelerator):
+            return original(self)
+        # Lightning's DeepSpeed strategy refuses every accelerator but its CUDA one; DeepSpeed
+        # itself runs on the accelerator install() hands it (the registry's backend), and the
+        # process group is the backend's collectives: the rest of the set-up is DDP's, as on CUDA
+        strategy = original.__globals__["DeepSpeedStrategy"]
+        return super(strategy, self).setup_environment()
+
+    return setup_environment
+
+
 def _register(original: Any) -> Any:
     @functools.wraps(original)
     def register(self: Any, name: str, accelerator: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -278,6 +294,8 @@ _SHAPES: dict[str, tuple[str, ...]] = {
     "fabric:pg": ("b90316f15e4507a4", "650e1adc1726dbba"),
     "fabric:ddp": ("a40d716b3d3f90c7",),
     "trainer:ddp": ("bf45fe23d6b1808c",),
+    # DeepSpeedStrategy.setup_environment: one shape for both halves in the whole window
+    "deepspeed:env": ("8612c1ed66165fcf",),
 }
 
 
@@ -303,6 +321,7 @@ def _fabric_seams(pkg: str) -> list[Seam]:
             why="DDP on a registry backend is built without torch.cuda.Stream",
             adapters=(Adapter(RELEASES, _setup_module, shapes=_SHAPES["fabric:ddp"]),),
         ),
+        _deepspeed_seam(pkg),
         Seam(
             f"{pkg}.accelerators.registry",
             "_AcceleratorRegistry.register",
@@ -323,7 +342,19 @@ def _trainer_seams(pkg: str) -> list[Seam]:
             why="DDP on a registry backend is built without torch.cuda.Stream",
             adapters=(Adapter(RELEASES, _setup_model, shapes=_SHAPES["trainer:ddp"]),),
         ),
+        _deepspeed_seam(pkg),
     ]
+
+
+def _deepspeed_seam(pkg: str) -> Seam:
+    """``DeepSpeedStrategy.setup_environment`` of Fabric's or the Trainer's package ``pkg``."""
+    return Seam(
+        f"{pkg}.strategies.deepspeed",
+        "DeepSpeedStrategy.setup_environment",
+        why="the DeepSpeed strategies (deepspeed, deepspeed_stage_2/_3, offload) run on a registry "
+        "accelerator, not only Lightning's CUDA one",
+        adapters=(Adapter(RELEASES, _deepspeed_setup_environment, shapes=_SHAPES["deepspeed:env"]),),
+    )
 
 
 def _connector_seams(module: str, cls: str, half: str) -> list[Seam]:

@@ -226,6 +226,13 @@ class Integration:
             nothing), and its undoing.
         add_status: ``(integration, item) -> None``: adds what this integration alone knows to
             its :meth:`status` item (DeepSpeed: whose accelerator it runs on).
+        follower: ``install()`` enables it like every row, but the import of :attr:`trigger` does
+            not make an armed job process's start-up hook call ``install()``
+            (:func:`~accelreg.integrations.table.triggers` leaves it out): a module every process
+            imports (``torch.accelerator``) must not make every process pay for ``install()``; a
+            host library's import does, and that library imports the follower's first. A
+            built-in follower is also named in ``table.FOLLOWERS``, which the start-up hook reads
+            without importing this.
     """
 
     name: str
@@ -240,6 +247,7 @@ class Integration:
     prepare: Callable[[], None] | None = None
     unprepare: Callable[[], None] | None = None
     add_status: Callable[[Integration, dict[str, Any]], None] | None = None
+    follower: bool = False
     _installed: list[_Installed] = field(default_factory=list)
     _matches: list[Match] = field(default_factory=list)
     _on: bool = False

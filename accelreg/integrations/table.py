@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILTIN",
     "ENTRY_POINT_GROUP",
+    "FOLLOWERS",
     "LoadFailure",
     "failures",
     "integration",
@@ -62,6 +63,9 @@ ENTRY_POINT_GROUP = "accelreg.integrations"
 #: ``ray.train``.
 BUILTIN: dict[str, str] = {
     "accelerate": "accelerate",
+    # accelerate's command line (launch, config default, env): the ``accelerate`` command imports
+    # every command module; a training process that imports accelerate never loads them.
+    "accelerate_launch": "accelerate.commands.launch",
     "transformers": "transformers.modeling_utils",
     "peft": "peft",
     "deepspeed": "deepspeed",
@@ -76,7 +80,16 @@ BUILTIN: dict[str, str] = {
     # vLLM chooses its platform once per process, when ``vllm.platforms`` is first asked for it:
     # the seam must be in place as that module finishes loading (vllm/__init__ does not import it).
     "vllm": "vllm.platforms",
+    # torch.accelerator answers the registry's backend: a follower (see FOLLOWERS).
+    "torch_accelerator": "torch.accelerator",
 }
+
+#: The built-in rows that are *followers* (``Integration.follower``): ``install()`` enables them,
+#: but their trigger's import does not make an armed job process's start-up hook call
+#: ``install()`` — every process imports torch, and only a host library's import pays for
+#: ``install()`` (each host library imports torch first, so the follower is enabled with it).
+#: Kept here statically, as the triggers are, for the start-up hook; a test checks each row agrees.
+FOLLOWERS: frozenset[str] = frozenset({"torch_accelerator"})
 
 
 class LoadFailure:
@@ -107,9 +120,10 @@ def _external() -> list[Found]:
 
 
 def triggers() -> tuple[str, ...]:
-    """The modules whose first import enables an integration: the built-ins' and the third
-    parties' entry-point names. Imports nothing: what a job process's start-up hook watches."""
-    out = list(BUILTIN.values())
+    """The modules whose first import enables an integration: the built-ins' (but the
+    :data:`FOLLOWERS`') and the third parties' entry-point names. Imports nothing: what a job
+    process's start-up hook watches."""
+    out = [trigger for name, trigger in BUILTIN.items() if name not in FOLLOWERS]
     out += [ep.name for ep in _external() if ep.name not in out]
     return tuple(out)
 

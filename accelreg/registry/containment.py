@@ -32,6 +32,7 @@ __all__ = [
     "call_with_timeout",
     "check_not_inside_plugin",
     "describe",
+    "inside_plugin",
     "safe_repr",
     "safe_str",
 ]
@@ -74,6 +75,15 @@ def check_not_inside_plugin() -> None:
     if getattr(_local, "inside", False):
         _local.reentered = True
         raise Reentry(_REENTRY)
+
+
+def inside_plugin() -> bool:
+    """Whether this thread is running plugin code for accelreg right now (a probe, a hook).
+
+    Code that answers for accelreg inside a library a plugin calls (torch.accelerator under
+    ``install()``) gives the library's own answer there instead of querying the registry.
+    """
+    return bool(getattr(_local, "inside", False))
 
 
 def _run_marked(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:

@@ -3,8 +3,9 @@
     ACCELREG_EMU_NAME=npu python _seed_device.py --model DIR --out DIR --stages 2
 
 ``accelreg.install()`` as in the seed's script. First the 8-bit load the seed asks for, onto
-this rank's device: bitsandbytes cannot quantize 8-bit weights onto a PrivateUse1 device (it
-fails inside ``Int8Params``), so the placement rules must refuse it up front. Then the seed with
+this rank's device, on a runtime without the shallow-copy override: bitsandbytes cannot quantize
+8-bit weights onto such a PrivateUse1 device (it fails inside ``Int8Params``), so the placement
+rules must refuse it up front. Then the seed with
 4-bit weights (which bitsandbytes runs there): LoRA, Trainer + DeepSpeed, best-checkpoint load.
 """
 
@@ -21,6 +22,15 @@ import _harness as H
 
 
 def eight_bit_refused(model_dir: str, device: str) -> dict:
+    """The 8-bit load on a PrivateUse1 runtime that registers no shallow-copy override: the
+    emulator with its override turned off for the attempt (``ACCELREG_EMU_SHALLOW_COPY=0`` at
+    start does the same); torch_npu, torch_mlu and the emulator by default register one."""
+    import torch
+
+    import accelreg
+
+    torch.ops.accelreg_emu.set_shallow_copy_compatible(False)
+    accelreg.reset()  # the bnb plugin asks torch again when the registry is rebuilt
     try:
         H.build_peft_model(8, model_dir, device)
     except Exception as exc:  # noqa: BLE001 - the outcome is the result
@@ -31,6 +41,9 @@ def eight_bit_refused(model_dir: str, device: str) -> dict:
             "exc": str(exc),
             "bitsandbytes_ran": any("bitsandbytes" in f for f in frames),
         }
+    finally:
+        torch.ops.accelreg_emu.set_shallow_copy_compatible(True)
+        accelreg.reset()
     return {"loaded": True}
 
 

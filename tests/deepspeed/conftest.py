@@ -82,8 +82,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def helper_environ(work: Path) -> dict[str, str]:
     env = clean_environ()
-    for key in [k for k in env if k.startswith("ACCELREG_EMU_")]:
-        del env[key]  # never the emulator here, even inside an emulator child
+    for key in [k for k in env if k.startswith("ACCELREG_EMU_") and k != "ACCELREG_EMU_CACHE"]:
+        del env[key]  # never the emulator here, even inside an emulator child (its build cache stays)
     env.update(DS_ENV)
     env.update(
         MASTER_PORT=str(free_port()),

@@ -1,7 +1,8 @@
 """Seed 000 on the emulated npu *device* (``_seed_device.py``, one process).
 
-* 8-bit: bitsandbytes cannot quantize 8-bit weights on a PrivateUse1 device (its ``Int8Params`` swaps
-  a cpu parameter's data for a device tensor, which torch refuses there). The bitsandbytes
+* 8-bit: bitsandbytes cannot quantize 8-bit weights on a PrivateUse1 device whose runtime registers
+  no shallow-copy override (its ``Int8Params`` swaps a cpu parameter's data for a device tensor,
+  which torch refuses there; the emulator's override is turned off for this load). The bitsandbytes
   placement rule for the backend says so and ``from_pretrained`` is refused up front with a
   :class:`~accelreg.PlacementError`, before bitsandbytes runs.
 * 4-bit, which bitsandbytes runs there: LoRA, Trainer + DeepSpeed (ZeRO-2 and ZeRO-3), the best

@@ -93,6 +93,12 @@ def test_config_memory_list_and_mask() -> None:
     assert read_config({**env, "ASCEND_RT_VISIBLE_DEVICES": ""}).device_count == 0
 
 
+def test_config_shallow_copy_override_is_on_unless_turned_off() -> None:
+    assert read_config({"ACCELREG_EMU_NAME": "npu"}).shallow_copy
+    assert not read_config({"ACCELREG_EMU_NAME": "npu", "ACCELREG_EMU_SHALLOW_COPY": "0"}).shallow_copy
+    assert read_config({"ACCELREG_EMU_NAME": "npu"}).as_dict()["shallow_copy"] is True
+
+
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [
@@ -102,6 +108,7 @@ def test_config_memory_list_and_mask() -> None:
         ({"ACCELREG_EMU_NAME": "emu", "ACCELREG_EMU_VISIBLE_DEVICES": "5"}, "device 5 does not exist"),
         ({"ACCELREG_EMU_NAME": "emu", "ACCELREG_EMU_VISIBLE_DEVICES": "1,1"}, "listed twice"),
         ({"ACCELREG_EMU_NAME": "hpu", "HABANA_VISIBLE_MODULES": "x"}, "HABANA_VISIBLE_MODULES"),
+        ({"ACCELREG_EMU_NAME": "npu", "ACCELREG_EMU_SHALLOW_COPY": "no"}, "ACCELREG_EMU_SHALLOW_COPY"),
     ],
 )
 def test_config_errors_name_the_variable(env: dict[str, str], fragment: str) -> None:
@@ -211,6 +218,13 @@ class TestEmuName:
             assert "emu:1 and emu:0!" in str(e), str(e)
         else:
             raise AssertionError("mixed devices accepted")
+
+    def test_module_to_keeps_its_parameters(self) -> None:
+        import torch
+
+        from ._identity import module_to_keeps_parameters  # imports torch: not in TestOff's child
+
+        module_to_keeps_parameters(torch.device("emu", 1))
 
     def test_emu_visible_mask(self) -> None:
         import torch

@@ -15,6 +15,8 @@ import accelreg_emu
 import pytest
 import torch
 
+from ._identity import module_to_keeps_parameters, opt_out_makes_new_parameters
+
 MIB = 1 << 20
 N = 2  # devices of the emulated npu (the marker's)
 SAME = "Expected all tensors to be on the same device, but found at least two devices"
@@ -92,6 +94,15 @@ def test_to_between_devices_and_cpu() -> None:
     assert torch.equal(z, x)
     assert b.to("npu:1") is b
     assert torch.equal(x.npu(1).cpu(), x) and x.npu(1).is_npu
+
+
+def test_module_to_keeps_its_parameters_as_on_cuda() -> None:
+    module_to_keeps_parameters(dev(1))
+    module_to_keeps_parameters(dev(0))
+
+
+def test_without_the_override_module_to_makes_new_parameters() -> None:
+    opt_out_makes_new_parameters(dev(1))
 
 
 def test_views_share_storage() -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from .._matrix import emu_names
+from ._identity import module_to_keeps_parameters
 
 pytestmark = pytest.mark.emu
 
@@ -114,6 +115,10 @@ def test_tiny_model_forward_backward_on_device_1(vendor: Vendor) -> None:
     assert torch.allclose(loss.cpu(), ref.detach(), atol=1e-6)
     grad = model[0].weight.grad
     assert grad.device == vendor.dev(1) and torch.allclose(grad.cpu(), ref_grad, atol=1e-6)
+
+
+def test_module_to_keeps_its_parameters(vendor: Vendor) -> None:
+    module_to_keeps_parameters(vendor.dev(1))  # hpu is in-tree: torch's own rule already holds
 
 
 def test_accelerate_detects_it(vendor: Vendor) -> None:

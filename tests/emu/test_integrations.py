@@ -11,7 +11,8 @@ PrivateUse1 can be renamed once per process):
   function is called; ``device_map="cuda"`` is refused (never remapped).
 * :class:`TestModels` — under ``npu`` with 4 small devices: seed 001 (GPT-2's tied
   ``wte``/``lm_head`` planned as one unit across a forced split), bitsandbytes 8-bit and 4-bit
-  with ``device_map="auto"``, and peft LoRA on a model spread over two devices.
+  with ``device_map="auto"`` (8-bit also on a runtime without the shallow-copy override: refused
+  up front), and peft LoRA on a model spread over two devices.
 
 The stages are fixtures: :func:`stock` imports the backend's vendor package and the libraries
 and snapshots every module-level attribute of the patched libraries before anything is
@@ -534,6 +535,19 @@ def _lora_devices(model: Any) -> dict[str, tuple[torch.device, torch.device]]:
     return out
 
 
+def assert_logits_match_the_cpu(model: Any, models: Models, quantization: Any) -> None:
+    """The quantized tiny Qwen2 on the device gives the logits of the same quantization on the cpu."""
+    from transformers import Qwen2ForCausalLM
+
+    ref = Qwen2ForCausalLM.from_pretrained(
+        models.qwen_path, device_map="cpu", quantization_config=quantization
+    )
+    with torch.no_grad():
+        got = model(models.qwen_ids.to(next(model.parameters()).device)).logits.cpu()
+        want = ref(models.qwen_ids).logits
+    assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
+
+
 @pytest.fixture(scope="module")
 def models(stock: Stock) -> Models:
     import bitsandbytes
@@ -647,51 +661,74 @@ class TestModels:
         assert type(layer).__name__ == "Linear4bit", type(layer)
         assert layer.weight.dtype == torch.uint8 and layer.weight.device.type == "npu", layer.weight
         assert {p.device.type for p in model.parameters()} == {"npu"}
-        ref = Qwen2ForCausalLM.from_pretrained(models.qwen_path, device_map="cpu", quantization_config=q)
-        first = next(model.parameters()).device
-        with torch.no_grad():
-            got = model(models.qwen_ids.to(first)).logits.cpu()
-            want = ref(models.qwen_ids).logits
-        assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
-        del model, ref
+        assert_logits_match_the_cpu(model, models, q)
+        del model
         gc.collect()
 
-    def test_bnb_8bit_auto_on_npu_refused_up_front_not_quantized_on_cpu(
+    def test_bnb_8bit_auto_loads_quantized_onto_npu_and_matches_cpu_8bit(
         self, models: Models, models_installed: list[str]
     ) -> None:
-        """8-bit: bitsandbytes' Int8Params._quantize assigns a quantized npu tensor to the data
-        of a CPU parameter (``self.data = CB``), which torch refuses for a PrivateUse1 device
-        without a shallow-copy override (the emulator registers none). The bitsandbytes
-        placement rule for npu says so, and planning the map refuses the load with a
-        PlacementError before bitsandbytes runs (issue 13); what must never happen is a load
-        that silently quantizes on the cpu."""
-        import bitsandbytes
+        """8-bit: bitsandbytes' Int8Params._quantize swaps a cpu parameter's data for the int8
+        result on the device (``self.data = CB``), which torch allows only where the runtime says
+        host and device tensors are shallow-copy compatible: torch_npu and torch_mlu register that
+        override, and so does the emulator. The layers land quantized on npu devices, with the
+        cpu's logits."""
         from transformers import BitsAndBytesConfig, Qwen2ForCausalLM
 
         if models.bnb_before_050:
             return  # pins bitsandbytes 0.50's behaviour; docs/compatibility.md records the older sets
         q = BitsAndBytesConfig(load_in_8bit=True)
+        assert accelreg.placement_rule("npu", "bnb_8bit").unsupported == ""
+        model = Qwen2ForCausalLM.from_pretrained(models.qwen_path, device_map="auto", quantization_config=q)
+        layer = model.model.layers[0].self_attn.q_proj
+        assert type(layer).__name__ == "Linear8bitLt", type(layer)
+        assert layer.weight.dtype == torch.int8 and layer.weight.device.type == "npu", layer.weight
+        assert layer.weight.SCB.device == layer.weight.device
+        assert {p.device.type for p in model.parameters()} == {"npu"}
+        assert_logits_match_the_cpu(model, models, q)
+        del model
+        gc.collect()
+
+    def test_bnb_8bit_without_the_runtime_override_is_refused_up_front_not_quantized_on_cpu(
+        self, models: Models, models_installed: list[str]
+    ) -> None:
+        """A PrivateUse1 runtime that registers no shallow-copy override (the emulator with it
+        turned off, as ``ACCELREG_EMU_SHALLOW_COPY=0`` does) cannot take bitsandbytes' 8-bit swap:
+        the bitsandbytes placement rule for npu says so, and planning the map refuses the load
+        with a PlacementError before bitsandbytes runs (issue 13); what must never happen is a
+        load that silently quantizes on the cpu."""
+        import bitsandbytes
+        from transformers import BitsAndBytesConfig, Qwen2ForCausalLM
+
+        if models.bnb_before_050:
+            return
+        torch.ops.accelreg_emu.set_shallow_copy_compatible(False)
+        accelreg.reset()  # the bnb plugin asks torch again when the registry is rebuilt
         try:
-            model = Qwen2ForCausalLM.from_pretrained(
-                models.qwen_path, device_map="auto", quantization_config=q
-            )
-        except accelreg.PlacementError as e:
-            msg = str(e)
-            assert "bitsandbytes cannot quantize 8-bit weights onto npu" in msg, msg
-        else:
-            devices = {str(p.device) for p in model.parameters()}
-            raise AssertionError(
-                CHANGED + f"an 8-bit bitsandbytes load onto npu now succeeds (parameters on {devices}); "
-                "assert that it is really quantized on npu and update this check"
-            )
-        # the cause, directly
-        param = bitsandbytes.nn.Int8Params(torch.randn(4, 4), requires_grad=False, has_fp16_weights=False)
-        try:
-            param.to("npu:0")
-        except RuntimeError as e:
-            assert "incompatible tensor type" in str(e), str(e)
-        else:
-            raise AssertionError(CHANGED + "Int8Params now quantizes onto a PrivateUse1 device")
+            q = BitsAndBytesConfig(load_in_8bit=True)
+            try:
+                model = Qwen2ForCausalLM.from_pretrained(
+                    models.qwen_path, device_map="auto", quantization_config=q
+                )
+            except accelreg.PlacementError as e:
+                msg = str(e)
+                assert "bitsandbytes cannot quantize 8-bit weights onto npu" in msg, msg
+            else:
+                devices = {str(p.device) for p in model.parameters()}
+                raise AssertionError(f"an 8-bit load was not refused (parameters on {devices})")
+            # the cause, directly
+            param = bitsandbytes.nn.Int8Params(torch.randn(4, 4), requires_grad=False, has_fp16_weights=False)
+            try:
+                param.to("npu:0")
+            except RuntimeError as e:
+                assert "incompatible tensor type" in str(e), str(e)
+            else:
+                raise AssertionError(
+                    CHANGED + "Int8Params quantizes onto a PrivateUse1 device without the override"
+                )
+        finally:
+            torch.ops.accelreg_emu.set_shallow_copy_compatible(True)
+            accelreg.reset()
         gc.collect()
 
     def test_peft_lora_on_a_spread_model_follows_each_base_layer_and_reloads(

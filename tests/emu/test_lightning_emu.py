@@ -39,6 +39,7 @@ from .._lightning import QUIET, data, params, tiny
 pytestmark = [pytest.mark.slow, pytest.mark.emu]
 
 DDP_SCRIPT = Path(__file__).with_name("_lightning_ddp.py")
+DEEPSPEED_SCRIPT = Path(__file__).with_name("_lightning_deepspeed.py")
 
 
 @pytest.fixture
@@ -90,8 +91,12 @@ def test_the_explicit_accelerator_trains_on_the_device_without_install():
     assert trainer.accelerator.backend == name
     assert model.seen["input"] == model.seen["weight"] == torch.device(name, 0), model.seen
     assert model.seen["matmul"] == torch.bfloat16
+    # Lightning's teardown moves the model back to the cpu; Parameter identity across .to()
+    # (as on CUDA) frees its device memory, so the stats see a tensor held here
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    held = torch.ones(1024, device=torch.device(name, 0))
     stats = trainer.accelerator.get_device_stats(torch.device(name, 0))
-    assert stats["memory.total_bytes"] > 0 and stats["memory.allocated_bytes"] > 0
+    assert stats["memory.total_bytes"] > 0 and stats["memory.allocated_bytes"] >= held.nbytes
 
 
 @pytest.mark.accelreg_emu(name="npu", devices=2)
@@ -109,6 +114,34 @@ def test_fabric_runs_on_the_device_and_autocasts_there(installed):
     optimizer.step()
     seen = model.module.seen
     assert seen["input"] == seen["weight"] == torch.device(name, 0) and seen["matmul"] == torch.bfloat16
+
+
+@pytest.mark.accelreg_emu(name="npu", devices=2)
+def test_fabric_setup_with_the_optimizer_built_first_trains_the_moved_parameters(installed):
+    """``fabric.setup(model, optimizer)`` with the optimizer made before the model moves: the
+    emulator keeps Parameter identity across ``module.to(device)``, as CUDA and torch_npu do, so
+    the optimizer steps the parameters on the device (new Parameters would leave it stepping
+    stale cpu copies while the model never changes)."""
+    import lightning as L
+
+    reference = tiny(L)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    model = tiny(L)
+    held = list(model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    fabric = L.Fabric(accelerator="npu", devices=1)
+    wrapped, optimizer = fabric.setup(model, optimizer)
+    assert all(a is b for a, b in zip(held, wrapped.parameters(), strict=True))
+    assert {p.device for p in wrapped.parameters()} == {torch.device("npu", 0)}
+    for x, y in data():
+        optimizer.zero_grad()
+        fabric.backward(torch.nn.functional.mse_loss(wrapped(fabric.to_device(x)), fabric.to_device(y)))
+        optimizer.step()
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+    got, want = params(wrapped), params(reference)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got, want, strict=True)), (got, want)
 
 
 @pytest.mark.accelreg_emu(name="npu", devices=2)
@@ -144,12 +177,12 @@ def test_a_checkpoint_saved_on_the_device_resumes_to_the_same_parameters(install
 
 
 # -- two processes, launched by Lightning -----------------------------------------------------------
-def _run_ddp(tmp_path: Path, strategy: str) -> dict[str, dict]:
+def _run_ddp(tmp_path: Path, strategy: str, script: Path = DDP_SCRIPT, *args: str) -> dict[str, dict]:
     """Run the DDP script in its own process group; the group (Lightning's children included)
     is killed when it is done, however it ends."""
-    env = emu_environ("npu", 2, OMP_NUM_THREADS="1")
+    env = emu_environ("npu", 2, OMP_NUM_THREADS="1", TORCHDYNAMO_DISABLE="1")
     proc = subprocess.Popen(
-        [sys.executable, str(DDP_SCRIPT), str(tmp_path), strategy],
+        [sys.executable, str(script), str(tmp_path), strategy, *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -204,3 +237,36 @@ def test_ddp_puts_rank_r_on_device_r_and_matches_the_cpu_then_fabric_joins(tmp_p
     for r, rec in enumerate(fabric):
         assert rec["device"] == rec["all_reduce_device"] == f"npu:{r}" and rec["backend"] == "hccl"
         assert rec["all_reduce"] == 3.0 and rec["all_gather"] == [0, 10] and rec["broadcast"] == [7.0]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "stage", "import_name"),
+    [("deepspeed_stage_2", 2, "lightning"), ("deepspeed_stage_3", 3, "pytorch_lightning")],
+)
+def test_deepspeed_zero_trains_rank_r_on_device_r_saves_and_resumes_then_fabric(
+    tmp_path, strategy, stage, import_name
+):
+    """Lightning's DeepSpeed strategies (stock: "only supported on CUDA GPUs") on two emulated
+    npus, under both import names: rank r on npu:r, the process group over the registry's
+    collectives, ZeRO stage as asked, the parameters of the same data-parallel training on the
+    cpu; a checkpoint (DeepSpeed's folder) restores exactly and resumes to the parameters of an
+    uninterrupted run. Then Fabric with the same strategy, ``setup(model, optimizer)`` with the
+    optimizer built first, trains on each rank's npu."""
+    pytest.importorskip("deepspeed", reason="DeepSpeed is in the [deepspeed] extra")
+    if import_name != "lightning":
+        pytest.importorskip(import_name, reason="the standalone import name (pytorch-lightning)")
+    records = _run_ddp(tmp_path, strategy, DEEPSPEED_SCRIPT, import_name)
+    ranks = [records[f"trainer{r}"] for r in (0, 1)]
+    cpu, _ = _same_training_on_the_cpu(ranks[0]["batches"], ranks[1]["batches"])
+    for r, rec in enumerate(ranks):
+        assert rec["strategy"] == "DeepSpeedStrategy" and rec["zero_stage"] == stage, rec
+        assert rec["root_device"] == rec["input"] == rec["engine_device"] == f"npu:{r}", rec
+        assert rec["backend"] == rec["accelreg_backend"] == "hccl", rec
+        assert rec["checkpoint_is_dir"] and rec["saved_step"] == 2 and rec["restored_equal"], rec
+        assert rec["resumed_step"] == 4 and rec["resumed_params"] == rec["params"], "resume differs"
+        for mine, want in zip(rec["params"], cpu, strict=True):
+            assert torch.allclose(torch.tensor(mine), want.flatten(), atol=1e-5), (mine, want)
+    fabric = [records[f"fabric{r}"] for r in (0, 1)]
+    for r, rec in enumerate(fabric):
+        assert rec["device"] == rec["engine_device"] == f"npu:{r}" and rec["backend"] == "hccl", rec
+    assert fabric[0]["loss"] == fabric[1]["loss"]

@@ -222,6 +222,50 @@ class TestRayOnEmulatedNpu:
         assert ranks[0]["process_group"] == "hccl"  # Ray alone picks gloo for NPU workers
 
 
+# -- npu disabled in accelreg (issue 28): no task puts work on it ------------------------------
+@ray.remote(num_cpus=0)
+def disabled_npu_view() -> dict[str, Any]:
+    """What a task on a node whose npu the user disabled in accelreg would use: torch_npu is
+    imported, as a library brings its runtime up; torch's own answer against the one every
+    library gets."""
+    import importlib
+
+    import torch
+
+    import accelreg
+    from accelreg.integrations.seams import original
+
+    importlib.import_module("torch_npu")
+    return {
+        "torch_own": str(original(torch.accelerator.current_accelerator)()),
+        "accelerator": str(torch.accelerator.current_accelerator()),
+        "count": torch.accelerator.device_count(),
+        "device": str(accelreg.resolve()),
+        "mask": os.environ.get(NPU_MASK),
+    }
+
+
+@pytest.fixture(scope="module")
+def disabled_ray() -> Iterator[None]:
+    """The driver: accelreg.install(), then its own local Ray (the raylet's workers get accelreg)."""
+    accelreg.install()
+    with local_ray():
+        yield
+
+
+@pytest.mark.accelreg_emu(name="npu", devices=2, ACCELREG_DISABLE="npu", **RAY_ENV)
+class TestRayWithNpuDisabledInAccelreg:
+    def test_the_node_offers_no_npu(self, disabled_ray: None) -> None:
+        assert "NPU" not in ray.cluster_resources(), ray.cluster_resources()
+
+    def test_a_task_never_puts_work_on_the_disabled_backend(self, disabled_ray: None) -> None:
+        seen = ray.get(disabled_npu_view.remote())
+        assert seen["torch_own"] == "npu", seen  # the runtime is up: torch alone would answer npu
+        assert (seen["accelerator"], seen["count"], seen["device"]) == ("None", 0, "cpu"), seen
+        # no unit of npu given: Ray 2.56+ leaves the mask alone, earlier releases hide every device
+        assert seen["mask"] in (None, ""), seen
+
+
 # -- mlu: a name Ray does not have, the driver under `accelreg run --devices 1,0` ---------------
 MLU_MASK = "MLU_VISIBLE_DEVICES"
 #: The environment `accelreg run --devices 1,0 -- CMD` gives CMD on the emulated mlu: the job's

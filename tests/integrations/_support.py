@@ -107,11 +107,16 @@ class Snapshot:
             for name, m in list(sys.modules.items())
             if m is not None and name.split(".")[0] in PREFIXES
         }
-        self.seams = {}  # (integration, seam name) -> (owner, attr, original)
+        self.seams = {}  # (integration, seam module.name) -> (owner, attr, original)
         self.classes = {}
         for n in names:
             for seam, owner, attr in _owners(_integration(n)):
-                self.seams[(n, seam.name)] = (owner, attr, inspect.getattr_static(owner, attr))
+                # Fabric's and the Trainer's DeepSpeedStrategy share a seam name: the module tells them apart
+                self.seams[(n, f"{seam.module}.{seam.name}")] = (
+                    owner,
+                    attr,
+                    inspect.getattr_static(owner, attr),
+                )
                 if isinstance(owner, type):
                     self.classes[owner] = dict(vars(owner))
 

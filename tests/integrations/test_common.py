@@ -49,6 +49,8 @@ MIN_HOLDERS = {
     "lightning_fabric": 10,  # (2.6: 12)
     "pytorch_lightning": 4,
     "vllm": 1,  # vllm.platforms itself (no module imports the function by name)
+    "accelerate_launch": 14,  # the launch helpers re-exported by accelerate.utils and held by the command
+    "torch_accelerator": 1,
 }
 
 
@@ -173,6 +175,8 @@ UNTESTED = {
     "lightning_fabric": "2.7.0",
     "pytorch_lightning": "2.7.0",
     "vllm": "0.33.0",
+    "accelerate_launch": "1.17.0",
+    "torch_accelerator": "2.5.0",  # below the tested >=2.6 (a fake version: torch stays as it is)
 }
 
 
@@ -223,7 +227,10 @@ def test_install_on_untested_releases_enables_every_integration(monkeypatch):
         _fake_version(monkeypatch, _integration(name).distribution, UNTESTED[name])
     with pytest.warns(integrations.IntegrationWarning, match="outside the releases") as caught:
         assert accelreg.install() == list(NAMES)
-    assert len(caught) == 2  # one per library, before anything was patched
+    # one per integration of those libraries (accelerate has two: the library and its command line),
+    # before anything was patched
+    faked = {_integration(n).distribution for n in ("transformers", "accelerate")}
+    assert len(caught) == len([n for n in NAMES if _integration(n).distribution in faked]) == 3
     assert all(_integration(n).enabled for n in NAMES)
 
 

@@ -9,6 +9,9 @@
                           (:func:`default_capacity`), so default plans fit the machine.
 ``<visible variable>``    masks physical devices: ``ACCELREG_EMU_VISIBLE_DEVICES`` under
                           ``emu``, the vendor's variable under a vendor name.
+``ACCELREG_EMU_SHALLOW_COPY``  ``0``: register no ``_has_compatible_shallow_copy_type``
+                          override (``module.to(device)`` then makes new Parameters, as on a
+                          PrivateUse1 runtime without one); default ``1``, as torch_npu does.
 """
 
 from __future__ import annotations
@@ -133,6 +136,8 @@ class EmuConfig:
         physical_capacities: Capacity in bytes of each physical device.
         visible_devices_var: The variable that masks devices under this name.
         visible: Physical ids behind logical indices 0..n-1.
+        shallow_copy: Whether host and device tensors are shallow-copy compatible, so that
+            ``module.to(device)`` keeps its Parameter objects (``ACCELREG_EMU_SHALLOW_COPY``).
     """
 
     name: str | None
@@ -140,6 +145,7 @@ class EmuConfig:
     physical_capacities: tuple[int, ...]
     visible_devices_var: str | None
     visible: tuple[int, ...]
+    shallow_copy: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -173,6 +179,7 @@ class EmuConfig:
             "physical_devices": self.physical_devices,
             "visible": list(self.visible),
             "visible_devices_var": self.visible_devices_var,
+            "shallow_copy": self.shallow_copy,
         }
 
 
@@ -238,4 +245,8 @@ def read_config(environ: Mapping[str, str] | None = None) -> EmuConfig:
         visible = _parse_visible(var, env[var], physical)
     else:
         visible = tuple(range(physical))
-    return EmuConfig(name, physical, capacities, var, visible)
+
+    raw_shallow = env.get("ACCELREG_EMU_SHALLOW_COPY", "").strip()
+    if raw_shallow not in ("", "0", "1"):
+        raise EmuConfigError(f"ACCELREG_EMU_SHALLOW_COPY={raw_shallow!r}: expected 0 or 1")
+    return EmuConfig(name, physical, capacities, var, visible, shallow_copy=raw_shallow != "0")

@@ -67,6 +67,7 @@ def register(cfg: EmuConfig) -> None:
         _rename(name)
     load_library("hpu" if name == "hpu" else "privateuse1")
     torch.ops.accelreg_emu.configure(cfg.device_count, list(cfg.capacities))
+    torch.ops.accelreg_emu.set_shallow_copy_compatible(cfg.shallow_copy)
     _device._bind(cfg)
     if getattr(torch, name, None) is not _device:
         torch._register_device_module(name, _device)

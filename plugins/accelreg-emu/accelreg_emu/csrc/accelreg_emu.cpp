@@ -5,3 +5,4 @@
 #include "fallback.cpp"  // NOLINT(bugprone-suspicious-include)
 #include "rnn.cpp"       // NOLINT(bugprone-suspicious-include)
 #include "autocast.cpp"  // NOLINT(bugprone-suspicious-include)
+#include "shallow_copy.cpp"  // NOLINT(bugprone-suspicious-include)
