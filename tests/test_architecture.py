@@ -66,6 +66,13 @@ LAZY_ALLOWED = {
         "every Python process under `accelreg run` imports accelreg.integrations at start-up; "
         "the registry (pluggy, the plugins) waits until install() runs"
     ),
+    ("accelreg.integrations.transformers", "accelreg.planner"): (
+        "install() imports every integration module in each job process that imports a host "
+        "library; the planner (about 40 ms) waits for the first device_map that asks for a plan"
+    ),
+    ("accelreg.integrations.transformers", "accelreg.placement"): (
+        "the placement hooks wait for the first quantized load's postprocess_model"
+    ),
     ("accelreg.integrations.table", "accelreg.integrations.seams"): (
         "the start-up hook reads the table's triggers; the integration modules (and the registry "
         "under them) load when the table's rows are first asked for"

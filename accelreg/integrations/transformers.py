@@ -65,7 +65,7 @@ from typing import Any
 
 import accelreg
 
-from .. import placement, planner, registry
+from .. import registry
 from ..errors import DeviceMapError, PlacementError
 from ..resolution import current_in_use, qualify, resolve
 from ..sizes import parse_size
@@ -73,7 +73,6 @@ from .seams import LIBRARIES, Adapter, Integration, Seam
 
 __all__ = [
     "INTEGRATION",
-    "STRATEGIES",
     "disable",
     "enable",
     "enabled",
@@ -83,8 +82,16 @@ __all__ = [
 
 log = logging.getLogger("accelreg.integrations.transformers")
 
-#: The ``device_map`` words that ask for a plan (the planner's strategy words).
-STRATEGIES = tuple(planner.STRATEGIES)
+
+def _strategies() -> tuple[str, ...]:
+    """The ``device_map`` words that ask for a plan (the planner's strategy words). The planner
+    is imported on first use, not with this module: ``install()`` imports every integration
+    module in each process of a job, and most never plan a map."""
+    from .. import planner
+
+    return tuple(planner.STRATEGIES)
+
+
 _TIA = "transformers.integrations.accelerate"
 _MU = "transformers.modeling_utils"
 
@@ -109,7 +116,7 @@ def normalize_device_map(device_map: Any) -> Any:
     """
     import torch
 
-    if device_map is None or (isinstance(device_map, str) and device_map in STRATEGIES):
+    if device_map is None or (isinstance(device_map, str) and device_map in _strategies()):
         return device_map
     if isinstance(device_map, dict):
         out = {}
@@ -121,7 +128,7 @@ def normalize_device_map(device_map: Any) -> Any:
     if isinstance(device_map, (bool, int, str, torch.device)):
         return {"": str(resolve(device_map))}
     raise TypeError(
-        f"device_map must be None, one of {', '.join(STRATEGIES)}, an int, a device string, a torch.device "
+        f"device_map must be None, one of {', '.join(_strategies())}, an int, a device string, a torch.device "
         f"or a dict, got {type(device_map).__name__}"
     )
 
@@ -161,6 +168,8 @@ def _planned_host_form(plan: dict[str, str]) -> dict[str, Any]:
 def _budgets(max_memory: dict[Any, Any] | None) -> dict[str, Any]:
 
     if max_memory is None:
+        from .. import planner
+
         out: dict[str, Any] = dict(planner.default_max_memory())
     else:
         out = {
@@ -211,6 +220,8 @@ def _plan_for_load(
         return device_map
     if device_map is None:
         return None
+    from .. import planner
+
     budgets = {key: parse_size(value) for key, value in _budgets(max_memory).items()}
     if hf_quantizer is not None:
         budgets = {key: int(value) for key, value in hf_quantizer.adjust_max_memory(budgets).items()}
@@ -314,6 +325,8 @@ def _update_device_map(original: Any) -> Any:
 def _postprocess_model(original: Any) -> Any:
     @functools.wraps(original)
     def postprocess_model(self: Any, model: Any, **kwargs: Any) -> Any:
+
+        from .. import placement
 
         result = original(self, model, **kwargs)
         placement.attach(model)

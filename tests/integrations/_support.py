@@ -187,12 +187,15 @@ class Snapshot:
 
 
 def _fake_version(monkeypatch, distribution, version):
-    real = metadata.version
+    """The integrations see ``distribution`` at ``version`` (``seams.installed_version``)."""
+    from accelreg.integrations import seams
+
+    real = seams.installed_version
 
     def version_of(dist):
         return version if dist == distribution else real(dist)
 
-    monkeypatch.setattr(metadata, "version", version_of)
+    monkeypatch.setattr(seams, "installed_version", version_of)
 
 
 GPT2_KW = {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 1000, "n_positions": 64}
