@@ -39,6 +39,15 @@ def test_one_version_everywhere():
     assert version_line().startswith(f"accelreg {PROJECT['version']} (torch ")
 
 
+def test_the_changelog_has_a_dated_section_for_this_version():
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## [Unreleased]", headings[:2]
+    assert re.fullmatch(rf"## \[{re.escape(PROJECT['version'])}\] - \d{{4}}-\d{{2}}-\d{{2}}", headings[1]), (
+        headings[1]
+    )
+
+
 @pytest.mark.parametrize("where", [ROOT, EMU])
 def test_the_license_file_is_the_apache_license_the_metadata_names(where):
     project = PROJECT if where == ROOT else EMU_PROJECT
