@@ -253,3 +253,22 @@ def _env_json() -> str:
     with contextlib.redirect_stdout(out):
         assert cli.main(["env", "--json"]) == 0
     return out.getvalue()
+
+
+def test_installed_version_reads_what_importlib_metadata_reads():
+    """``seams.installed_version`` reads only the metadata's headers; it must agree with
+    ``importlib.metadata.version`` on every distribution of the table, installed or not."""
+    from importlib import metadata
+
+    from accelreg.integrations import seams
+
+    seen = 0
+    for integ in table.integrations():
+        try:
+            expected = metadata.version(integ.distribution)
+        except metadata.PackageNotFoundError:
+            expected = None
+        assert seams.installed_version(integ.distribution) == expected, integ.distribution
+        seen += expected is not None
+    assert seen >= 5  # accelerate, transformers, peft, deepspeed, lightning, ... are installed here
+    assert seams.installed_version("no-such-distribution-here") is None
