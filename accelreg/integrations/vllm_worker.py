@@ -29,32 +29,33 @@ from ..errors import DeviceError
 __all__ = ["RegistryModelRunner", "RegistryWorker"]
 
 
-def _device_modules_without_devices() -> list[Any]:
-    """torch's per-device-type modules (``torch.<type>``, those with ``Stream``, ``Event`` and
-    ``is_available``) that have no device in this process: the ones whose streams vLLM's GPU
-    model runner would ask for, whichever type that is."""
-    found = []
+def _other_device_modules(device: torch.device) -> list[Any]:
+    """torch's per-device-type modules (``torch.<type>`` with ``Stream`` and ``Event``) of every
+    type but ``device``'s: whichever one vLLM's GPU model runner was written for, it is not the
+    registry device's (that one runs vLLM's own runner), and a device of that type on the same
+    node is not the device this worker was given."""
+    own = torch.get_device_module(device)
+    found: list[Any] = []
     for name in dir(torch):
         module = getattr(torch, name, None)
-        if not isinstance(module, types.ModuleType) or module in found:
-            continue
-        if not all(hasattr(module, attr) for attr in ("Stream", "Event", "is_available")):
-            continue
-        try:
-            if module.is_available():
-                continue
-        except Exception:  # noqa: BLE001 - a runtime that cannot answer has no device here either
-            pass
-        found.append(module)
+        if (
+            isinstance(module, types.ModuleType)
+            and module is not own
+            and module not in found
+            and isinstance(getattr(module, "Stream", None), type)  # not torch.ops' made-up names
+            and isinstance(getattr(module, "Event", None), type)
+            and callable(getattr(module, "is_available", None))
+        ):
+            found.append(module)
     return found
 
 
 @contextmanager
 def _device_streams(device: torch.device) -> Iterator[None]:
-    """Streams and events of the registry's ``device`` wherever vLLM's model runner asks a torch
-    device module that has no device here (it creates its streams and events through the
-    module of the accelerator it was written for), while the runner is built."""
-    modules = _device_modules_without_devices()
+    """Streams and events of the registry's ``device`` wherever vLLM's model runner asks another
+    torch device module (it creates its streams and events through the module of the
+    accelerator it was written for), while the runner is built."""
+    modules = _other_device_modules(device)
     saved = [(module, module.Stream, module.Event) for module in modules]
 
     def stream(*args: Any, **kwargs: Any) -> torch.Stream:
