@@ -409,7 +409,13 @@ VLLM_SET: dict[str, str] = {
 #: What ``nox -s vllm`` runs on that layer: the vLLM tests (selection, arbitration, failures,
 #: ``--devices``, generation on the cpu and the emulated npu), and the integrations' common checks
 #: for vLLM's (enable/disable, holders, untested releases) with ``install()`` and ``accelreg env``.
-VLLM_TESTS = ["tests/vllm", "tests/integrations/test_common.py", "-k", "vllm or install or env"]
+VLLM_TESTS = [
+    "tests/vllm",
+    "tests/integrations/test_common.py",
+    "tests/integrations/test_layout.py",
+    "-k",
+    "vllm or install or env",
+]
 
 
 @nox.session

@@ -53,7 +53,7 @@ DEFAULT_SECONDS = {
     "tests/test_env_report.py": 30,
     "tests/emu/test_launch.py": 30,
     "tests/test_import_safety.py": 25,
-    "tests/integrations/test_transformers.py": 25,
+    "tests/integrations/transformers/test_transformers.py": 25,
 }
 
 

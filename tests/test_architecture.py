@@ -62,18 +62,18 @@ LAZY_ALLOWED = {
         "every Python process under `accelreg run` runs the start-up hook; only the first one of "
         "a Slurm task whose mask is not set loads the registry"
     ),
-    ("accelreg.integrations", "accelreg.integrations.seams"): (
+    ("accelreg.integrations", "accelreg.integrations._machinery.seams"): (
         "every Python process under `accelreg run` imports accelreg.integrations at start-up; "
         "the registry (pluggy, the plugins) waits until install() runs"
     ),
-    ("accelreg.integrations.transformers", "accelreg.planner"): (
-        "install() imports every integration module in each job process that imports a host "
-        "library; the planner (about 40 ms) waits for the first device_map that asks for a plan"
+    ("accelreg.integrations.transformers.device_map", "accelreg.planner"): (
+        "every job process that imports transformers imports this folder; the planner (about "
+        "40 ms) waits for the first device_map that asks for a plan"
     ),
-    ("accelreg.integrations.transformers", "accelreg.placement"): (
+    ("accelreg.integrations.transformers.quantizers", "accelreg.placement"): (
         "the placement hooks wait for the first quantized load's postprocess_model"
     ),
-    ("accelreg.integrations.table", "accelreg.integrations.seams"): (
+    ("accelreg.integrations._machinery.table", "accelreg.integrations._machinery.seams"): (
         "the start-up hook reads the table's triggers; the integration modules (and the registry "
         "under them) load when the table's rows are first asked for"
     ),

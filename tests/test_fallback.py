@@ -200,7 +200,7 @@ def test_documented_sample_changes_nothing_on_this_machine(tmp_path, quiet):
 def _device_decisions():
     """Every public answer that picks the current backend for a device decision, beside
     ``resolve()``: each follows the same rule."""
-    from accelreg.integrations.peft import _infer_device
+    from accelreg.integrations.peft.device import infer_device as _infer_device
     from accelreg.planner import default_max_memory
 
     return {

@@ -30,7 +30,7 @@ from accelreg import importwatch
 from accelreg.builtin import BUILTIN_MODULES
 from accelreg.errors import IntegrationError
 from accelreg.integrations import table
-from accelreg.integrations.releases import Releases
+from accelreg.integrations._machinery.releases import Releases
 
 try:
     import tomllib
@@ -148,7 +148,7 @@ def pick(device=None):
 '''
 
 _INTEGRATION = """
-from accelreg.integrations.seams import Adapter, Integration, Seam
+from accelreg.integrations._machinery.seams import Adapter, Integration, Seam
 
 
 def _pick(original):
@@ -260,7 +260,7 @@ def test_installed_version_reads_what_importlib_metadata_reads():
     ``importlib.metadata.version`` on every distribution of the table, installed or not."""
     from importlib import metadata
 
-    from accelreg.integrations import seams
+    from accelreg.integrations._machinery import seams
 
     seen = 0
     for integ in table.integrations():

@@ -20,9 +20,9 @@ from lightning.pytorch.accelerators import AcceleratorRegistry, CPUAccelerator  
 import accelreg  # noqa: E402
 from accelreg import DeviceError  # noqa: E402
 from accelreg.integrations import lightning as ar_lightning  # noqa: E402
-from accelreg.integrations import lightning_fabric as ar_fabric  # noqa: E402
-from accelreg.integrations import pytorch_lightning as ar_pl  # noqa: E402
 from accelreg.integrations.lightning import RegistryAccelerator  # noqa: E402
+from accelreg.integrations.lightning import fabric as ar_fabric  # noqa: E402
+from accelreg.integrations.lightning import pytorch_lightning as ar_pl  # noqa: E402
 
 from ._fakes import plugin, spec  # noqa: E402
 from ._lightning import QUIET, data, params, tiny  # noqa: E402

@@ -60,7 +60,9 @@ def test_a_job_process_waits_cheaply_then_installs_on_the_first_host_import(env:
         "accelreg.flags",
         "accelreg.importwatch",
         "accelreg.integrations",
-        "accelreg.integrations.table",
+        "accelreg.integrations._machinery",
+        "accelreg.integrations._machinery.table",
+        "accelreg.integrations._moved",
         "accelreg.launch",
         "accelreg.launch.startup",
     }

@@ -68,10 +68,7 @@ def builtins() -> list[Any]:
     installed here does not change the page)."""
     from accelreg.integrations import table as integrations_table
 
-    return [
-        importlib.import_module(f"accelreg.integrations.{name}").INTEGRATION
-        for name in integrations_table.BUILTIN
-    ]
+    return [integrations_table.load_builtin(row) for row in integrations_table.ROWS]
 
 
 def libraries() -> dict[str, str]:
@@ -261,7 +258,7 @@ ACCELERATOR_CALLERS = (
     "ray",
 )
 #: torch.accelerator functions whose answers follow the registry under install()
-#: (accelreg.integrations.torch_accelerator): the rest address torch's runtime's current device.
+#: (accelreg.integrations.torch): the rest address torch's runtime's current device.
 FOLLOWED = ("current_accelerator", "device_count", "is_available")
 
 

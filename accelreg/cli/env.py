@@ -26,7 +26,7 @@ from .. import registry
 from ..errors import AccelregError
 from ..integrations import status as integration_status
 from ..integrations import table as integration_table
-from ..integrations.torch_accelerator import report as torch_accelerator_report
+from ..integrations.torch import report as torch_accelerator_report
 from ..integrations.vllm import report as vllm_report
 from ..launch import slurm
 from ..registry.hardware import seen as hardware_seen
@@ -226,7 +226,7 @@ def _integrations_scope(items: list[dict[str, Any]]) -> str:
 # -- torch.accelerator against the registry (issue 28) ---------------------------------------
 def _torch_accelerator(snap: Any) -> dict[str, Any]:
     """torch.accelerator's own answer, the registry's, and why they differ (see
-    :func:`accelreg.integrations.torch_accelerator.report`)."""
+    :func:`accelreg.integrations.torch.report`)."""
     try:
         return torch_accelerator_report(snap)
     except Exception as exc:  # noqa: BLE001 - a report describes, it never raises

@@ -1,22 +1,27 @@
 """Integrations: the host libraries ask the registry.
 
-Every integration has one shape (:class:`~.seams.Integration`): a module holding the library's
-seams and one ``INTEGRATION`` object, a row of the integrations table (:mod:`.table`: the
-built-ins in ``table.BUILTIN``, third parties through the ``accelreg.integrations`` entry-point
-group). Adding a host library is writing that module and naming it in the table; nothing else
-changes.
+One folder per host library (``accelreg.integrations.<library>``: transformers, accelerate, peft,
+deepspeed, lightning, ray, vllm, torch), each holding its seams in modules named for what they do
+and one :class:`~._machinery.seams.Integration` per row of the integrations table; the machinery
+every integration shares sits beside them in :mod:`._machinery` (the seams, the table, release
+ranges, shapes). The table (:mod:`._machinery.table`, also ``accelreg.integrations.table``) holds
+each row as data — the library, the module whose import enables it, its folder, the releases it
+serves — so adding a host library is one new folder and its row; third parties register theirs
+through the ``accelreg.integrations`` entry-point group.
 
 :func:`install` enables every integration whose library is installed — each at the moment its
-library is imported, so ``install()`` itself imports none of them — and nothing it runs inside
-that import can raise into the user's ``import`` statement. Before anything is patched, the
-installed releases are checked against the table: a release outside it is named (strict mode:
-an :class:`~accelreg.errors.IntegrationError`).
+library is imported, so ``install()`` itself imports none of them, and a library's folder is
+imported only once the library is — and nothing it runs inside that import can raise into the
+user's ``import`` statement. Before anything is patched, the installed releases are checked
+against the table's rows: a release outside them is named (strict mode: an
+:class:`~accelreg.errors.IntegrationError`).
 
 This package's ``__init__`` is cheap on purpose (it imports only the import hooks and the
 table's static part): a process under ``accelreg run`` imports it at start-up
 (:mod:`accelreg.launch.startup`) and must not pay for the registry or any integration module
-before a host library is imported. The rest is served by name (:func:`integration`, and
-``IntegrationWarning`` from :mod:`.seams` on first use).
+before a host library is imported. The shared shapes third parties build an integration from
+(``Integration``, ``Seam``, ``Adapter``, ``Releases``, ``IntegrationWarning``, ...) are served by
+name on first use.
 """
 
 from __future__ import annotations
@@ -26,37 +31,74 @@ import importlib
 from .. import importwatch
 from ..deferred import raise_recorded
 from ..errors import IntegrationError
-from . import table
+from . import _moved
+from ._machinery import table
 
 # ``typing`` is not imported at run time: the start-up hook imports this in every job process.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .seams import Integration, IntegrationWarning
+    from ._machinery.releases import Releases
+    from ._machinery.seams import (
+        PATCH_FREE,
+        Adapter,
+        Integration,
+        IntegrationWarning,
+        Match,
+        Seam,
+        installed_version,
+        original,
+        shape,
+    )
 
 __all__ = [
+    "PATCH_FREE",
+    "Adapter",
+    "Integration",
     "IntegrationWarning",
+    "Match",
+    "Releases",
+    "Seam",
     "install",
+    "installed_version",
     "integration",
+    "original",
     "raise_recorded",
+    "shape",
     "status",
     "table",
     "uninstall",
 ]
 
+#: The shared shapes, served from :mod:`._machinery` on first use (name -> its module).
+_SHARED = {
+    "PATCH_FREE": "seams",
+    "Adapter": "seams",
+    "Integration": "seams",
+    "IntegrationWarning": "seams",
+    "Match": "seams",
+    "Seam": "seams",
+    "installed_version": "seams",
+    "shape": "seams",
+    "original": "seams",
+    "Releases": "releases",
+}
+
+_moved.install_aliases(__name__)
+
 
 def __getattr__(name: str) -> Any:
-    if name == "IntegrationWarning":
-        value = importlib.import_module(f"{__name__}.seams").IntegrationWarning
+    if name in _SHARED:
+        value = getattr(importlib.import_module(f"{__name__}._machinery.{_SHARED[name]}"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def integration(name: str) -> Integration:
-    """The :class:`~.seams.Integration` called ``name``, a row of :mod:`.table` (importing its
-    module, which imports nothing of the library itself)."""
+    """The :class:`~._machinery.seams.Integration` called ``name``, a row of the table (importing
+    its folder, which imports nothing of the library itself)."""
     return table.integration(name)
 
 
@@ -69,14 +111,41 @@ def _library_installed(trigger: str) -> bool:
         return False
 
 
+def _enable_row(row: table.Row) -> None:
+    """The import hook of a built-in row: import its folder (now that the library is loaded)
+    and enable it; nothing raised reaches the user's ``import``."""
+    from ._machinery.seams import enable_in_hook, import_in_hook
+
+    integ = import_in_hook(row.name, lambda: table.load_builtin(row))
+    if integ is not None:
+        enable_in_hook(integ)
+
+
+def _arm_early(row: table.Row) -> None:
+    """Watch a row's ``early`` module: when it is imported (inside the library's own import),
+    import the row's folder and call its ``early`` function with that module."""
+    if row.early is None:
+        return
+    from ._machinery.seams import import_in_hook
+
+    watched, function = row.early
+
+    def fire(module: Any) -> None:
+        if import_in_hook(row.name, lambda: table.load_builtin(row)) is not None:
+            getattr(importlib.import_module(row.module), function)(module)
+
+    importwatch.when_imported(watched, fire)
+
+
 def install() -> list[str]:
     """Enable every integration whose library is installed; returns their names.
 
     First the conflict report: an installed release outside the integrations table (a release
     its adapters were not verified with) is named in one :class:`IntegrationWarning` per
-    integration, before anything is patched; its seams are then matched by shape like any other. An
-    integration is enabled when its library module is first imported (or now, if it
-    already is); a seam that matches no adapter is skipped with an
+    integration, before anything is patched — read from the table's rows, importing no
+    integration; its seams are then matched by shape like any other. An integration is enabled
+    when its library module is first imported (or now, if it already is): only then is its
+    folder imported. A seam that matches no adapter is skipped with an
     :class:`IntegrationWarning`, and nothing raised there reaches the user's ``import``. In
     strict mode (``ACCELREG_STRICT=1`` / ``configure(strict=True)``) every installed library is
     imported and enabled *now*, so a seam that matches no adapter raises
@@ -84,48 +153,111 @@ def install() -> list[str]:
     third-party integration that failed to load, before anything is patched); the integrations it
     enabled are disabled again first, so a failed ``install()`` leaves nothing half-installed.
     """
-    from .seams import enable_in_hook, strict_mode
+    from ._machinery.seams import (
+        enable_in_hook,
+        installed_version,
+        outside_releases,
+        report_conflicts,
+        strict_mode,
+    )
 
     raise_recorded()
     strict = strict_mode()
+    external = table.externals()
     if strict and table.failures():
         failure = table.failures()[0]
         raise IntegrationError(
             f"strict mode: the integration {failure.entry_point!r} of {failure.distribution} could not be "
             f"loaded: {failure.reason}"
         )
-    installed = [integ for integ in table.integrations() if _library_installed(integ.trigger)]
-    for integ in installed:  # the conflict report: before anything is patched
+    rows = [r for r in table.ROWS if r.name not in external and _library_installed(r.trigger)]
+    others = [i for i in external.values() if _library_installed(i.trigger)]
+    for row in rows:  # the conflict report, from the rows: before anything is patched
+        version = _row_version(row, installed_version)
+        if version is not None:
+            found = outside_releases(
+                row.name, _row_distribution(row, installed_version), row.releases, version
+            )
+            report_conflicts(row.name, version, found, strict=strict)
+    for integ in others:
         integ.report_conflicts(strict=strict)
-    chosen: list[Integration] = []
-    before = {integ.name for integ in installed if integ.enabled}
+    if strict:
+        return _install_now(rows, others)
+    names: list[str] = []
+    for row in rows:
+        _arm_early(row)
+        importwatch.when_imported(row.trigger, lambda _module, r=row: _enable_row(r))
+        names.append(row.name)
+    for integ in others:
+        if integ.prepare is not None:
+            integ.prepare()  # work that must happen before the library first runs (imports nothing)
+        importwatch.when_imported(integ.trigger, lambda _module, i=integ: enable_in_hook(i))
+        names.append(integ.name)
+    return names
+
+
+def _row_distribution(row: table.Row, version_of: Any) -> str:
+    for name in row.distributions:
+        if version_of(name) is not None:
+            return name
+    return row.distribution
+
+
+def _row_version(row: table.Row, version_of: Any) -> str | None:
+    return version_of(_row_distribution(row, version_of))
+
+
+def _install_now(rows: list[table.Row], others: list[Integration]) -> list[str]:
+    """Strict mode: import every installed library and enable its integration now; on a
+    failure, disable again what this call enabled and raise."""
+    chosen: list[tuple[table.Row | None, Integration]] = [(row, table.load_builtin(row)) for row in rows]
+    chosen += [(None, integ) for integ in others]
+    for _row, integ in chosen:
+        integ.report_conflicts(strict=True)  # a gap in the table: before anything is patched
+    before = {integ.name for _row, integ in chosen if integ.enabled}
+    done: list[tuple[table.Row | None, Integration]] = []
     try:
-        for integ in installed:
-            trigger = integ.trigger
-            chosen.append(integ)
-            if integ.prepare is not None:
-                integ.prepare()  # work that must happen before the library first runs (imports nothing)
-            if strict:
-                importlib.import_module(trigger)
-                integ.enable()  # reads the strict setting: raises on a seam it cannot match
-            else:
-                importwatch.when_imported(trigger, lambda _module, i=integ: enable_in_hook(i))
+        for row, integ in chosen:
+            done.append((row, integ))
+            if row is not None:
+                _arm_early(row)  # work that must happen before the library first runs
+            elif integ.prepare is not None:
+                integ.prepare()
+            importlib.import_module(integ.trigger)
+            integ.enable()  # reads the strict setting: raises on a seam it cannot match
     except BaseException:
-        for integ in chosen:
+        for row, integ in done:
+            if row is not None and row.early is not None:
+                importwatch.cancel(row.early[0])
             importwatch.cancel(integ.trigger)
             if integ.name not in before:
                 integ.disable()
         raise
-    return [integ.name for integ in chosen]
+    return [integ.name for _row, integ in chosen]
 
 
 def uninstall() -> None:
-    """Disable every integration and forget pending ones."""
-    for integ in table.integrations():
+    """Disable every integration and forget pending ones (a library's folder that was never
+    imported has nothing to undo and stays unimported)."""
+    import sys
+
+    external = table.externals()
+    for row in table.ROWS:
+        importwatch.cancel(row.trigger)
+        if row.early is not None:
+            importwatch.cancel(row.early[0])
+        if row.name in external or row.module not in sys.modules:
+            continue
+        _undo(table.load_builtin(row))
+    for integ in external.values():
         importwatch.cancel(integ.trigger)
-        if integ.unprepare is not None:
-            integ.unprepare()
-        integ.disable()
+        _undo(integ)
+
+
+def _undo(integ: Integration) -> None:
+    if integ.unprepare is not None:
+        integ.unprepare()
+    integ.disable()
 
 
 def status() -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ import _harness as H
 
 import accelreg
 from accelreg.integrations import deepspeed as integration
+from accelreg.integrations.deepspeed import handover
 from accelreg.types import BackendSpec, MemoryInfo
 
 GiB = 1 << 30
@@ -73,7 +74,7 @@ def check_prepare_hands_over_before_deepspeed_picks() -> dict:
     from deepspeed.accelerator import get_accelerator, real_accelerator
 
     handed = real_accelerator.ds_accelerator
-    assert handed is not None and handed is integration._state["handed"], handed
+    assert handed is not None and handed is handover._state["handed"], handed
     assert get_accelerator() is handed and type(handed).__name__ == "CPU_Accelerator"
     assert "DS_ACCELERATOR" not in os.environ, "the hand-over must not need DeepSpeed's own ladder"
     report = integration.accelerator_report()
@@ -101,7 +102,7 @@ def check_enable_after_deepspeed_picked_replaces_and_disable_restores() -> dict:
     integration.enable()
     try:
         ours = get_accelerator()
-        assert ours is not picked and ours._name == "cpu" and ours is integration._state["handed"]
+        assert ours is not picked and ours._name == "cpu" and ours is handover._state["handed"]
         after = integration.accelerator_report()
         assert after["agree"] and after["how"].startswith("handed over by accelreg"), after
     finally:
@@ -121,7 +122,7 @@ def check_user_ds_accelerator_is_left_alone() -> dict:
     try:
         integration.enable()
         report = integration.accelerator_report()
-        assert real_accelerator.ds_accelerator is picked and "handed" not in integration._state
+        assert real_accelerator.ds_accelerator is picked and "handed" not in handover._state
         assert not report["agree"] and "DS_ACCELERATOR=cuda (set by the user" in report["how"], report
         integration.disable()
         assert real_accelerator.ds_accelerator is picked
@@ -157,7 +158,7 @@ def check_registry_accelerator_implements_deepspeeds_interface() -> dict:
     from deepspeed.accelerator.abstract_accelerator import DeepSpeedAccelerator
     from deepspeed.accelerator.real_accelerator import set_accelerator
 
-    from accelreg.integrations import ds_accelerator
+    from accelreg.integrations.deepspeed import accelerator as ds_accelerator
 
     accelreg.register(_host_plugin("acme"), "fakeplugin_acme")
     try:
@@ -218,7 +219,7 @@ def check_older_and_newer_interfaces() -> dict:
     may add an abstract method accelreg lacks: that must fail loudly, naming it."""
     from deepspeed.accelerator import abstract_accelerator
 
-    from accelreg.integrations import ds_accelerator
+    from accelreg.integrations.deepspeed import accelerator as ds_accelerator
 
     real_base = abstract_accelerator.DeepSpeedAccelerator
 
@@ -260,7 +261,7 @@ def check_older_and_newer_interfaces() -> dict:
 
 
 def check_unavailable_backend_is_refused() -> dict:
-    from accelreg.integrations import ds_accelerator
+    from accelreg.integrations.deepspeed import accelerator as ds_accelerator
 
     try:
         ds_accelerator.accelerator_for("npu")

@@ -77,7 +77,7 @@ def test_other_nodes_get_accelregs_variables_not_this_nodes_mask(fresh) -> None:
     from deepspeed.accelerator import get_accelerator
 
     import accelreg
-    from accelreg.integrations.ds_accelerator import EXPORTED
+    from accelreg.integrations.deepspeed.accelerator import EXPORTED
 
     exports = fresh.registry_accelerator("emu").export_envs()
     for name in ("ACCELREG_RUN", "ACCELREG_AUTO_INSTALL", "ACCELREG_PRIORITY", "ACCELREG_CPU_FALLBACK"):

@@ -147,7 +147,7 @@ def test_fabric_setup_with_the_optimizer_built_first_trains_the_moved_parameters
 @pytest.mark.accelreg_emu(name="npu", devices=2)
 def test_the_standalone_import_name_trains_on_the_device_too():
     pl = pytest.importorskip("pytorch_lightning", reason="the standalone import name (pytorch-lightning)")
-    from accelreg.integrations import pytorch_lightning as ar_pl
+    from accelreg.integrations.lightning import pytorch_lightning as ar_pl
 
     ar_pl.enable()
     try:

@@ -233,7 +233,7 @@ def disabled_npu_view() -> dict[str, Any]:
     import torch
 
     import accelreg
-    from accelreg.integrations.seams import original
+    from accelreg.integrations._machinery.seams import original
 
     importlib.import_module("torch_npu")
     return {
@@ -322,7 +322,7 @@ class TestRayOnEmulatedMluUnderAccelregRun:
     def test_train_would_use_cncl(self, mlu_ray: None) -> None:
         import ray.train.torch  # noqa: F401 - enables the ray_train integration
 
-        from accelreg.integrations import ray_train
+        from accelreg.integrations.ray import train as ray_train
 
         assert ray_train.collective_backend({"MLU": 1}) == ("mlu", "cncl")
 

@@ -21,7 +21,7 @@ import torch
 
 import accelreg
 from accelreg.cli import main
-from accelreg.integrations import torch_accelerator
+from accelreg.integrations import torch as torch_accelerator
 from accelreg.launch.startup import watched
 from accelreg.types import BackendSpec
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import accelreg.integrations as integrations
-from accelreg.integrations import seams as _seams
+from accelreg.integrations._machinery import seams as _seams
 
 LIBRARIES = ("torch", "transformers", "accelerate", "peft", "deepspeed", "bitsandbytes")
 _missing = [name for name in LIBRARIES if importlib.util.find_spec(name) is None]
@@ -72,7 +72,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 def _module(name):
-    return importlib.import_module(f"accelreg.integrations.{name}")
+    """The module holding integration ``name``'s ``INTEGRATION`` (its table row's folder)."""
+    return importlib.import_module(integrations.table.row(name).module)
 
 
 def _integration(name):
@@ -188,7 +189,7 @@ class Snapshot:
 
 def _fake_version(monkeypatch, distribution, version):
     """The integrations see ``distribution`` at ``version`` (``seams.installed_version``)."""
-    from accelreg.integrations import seams
+    from accelreg.integrations._machinery import seams
 
     real = seams.installed_version
 

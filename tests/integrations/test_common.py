@@ -33,7 +33,7 @@ import pytest
 import accelreg
 import accelreg.integrations as integrations
 from accelreg.errors import IntegrationError
-from accelreg.integrations import seams as _seams
+from accelreg.integrations._machinery import seams as _seams
 
 from ._support import NAMES, ROOT, Snapshot, _fake_version, _integration, _module, _owners
 

@@ -97,7 +97,7 @@ def test_the_registry_priority_decides_between_two_active_platform_plugins(
 
 def test_a_backend_without_a_vllm_platform_gets_the_registry_platform(ar_vllm, platforms):
     _fakes.register(_fakes.backend("acme", 95))
-    assert _resolve(platforms) == "accelreg.integrations.vllm_platform.platform"
+    assert _resolve(platforms) == "accelreg.integrations.vllm.platform.platform"
     made = ar_vllm.choice()
     assert (made.backend, made.platform) == ("acme", "registry")
     assert "declares no vLLM platform of its own: accelreg's registry platform serves it" in made.why
@@ -215,7 +215,7 @@ def test_vllm_plugins_leaving_out_the_chosen_platform_is_an_error(ar_vllm, plugi
 def test_the_override_serves_a_backend_with_the_registry_platform(ar_vllm, platforms, monkeypatch):
     monkeypatch.setenv("ACCELREG_VLLM_PLATFORM", "registry")
     _fakes.register(_fakes.backend("acme", 95, "nosuch"))
-    assert _resolve(platforms) == "accelreg.integrations.vllm_platform.platform"
+    assert _resolve(platforms) == "accelreg.integrations.vllm.platform.platform"
     assert "ACCELREG_VLLM_PLATFORM=registry" in ar_vllm.choice().why
 
 

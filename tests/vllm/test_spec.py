@@ -85,7 +85,7 @@ def test_env_has_a_vllm_section_without_importing_vllm(capsys):
     assert section["platform"] == {
         "backend": "acme",
         "platform": "registry",
-        "class": "accelreg.integrations.vllm_platform.platform",
+        "class": "accelreg.integrations.vllm.platform.platform",
         "why": "acme is the first available backend by default plugin priorities; backend 'acme' (plugin 'acme' "
         "of <registered>) declares no vLLM platform of its own: accelreg's registry platform serves it",
     }
@@ -93,7 +93,7 @@ def test_env_has_a_vllm_section_without_importing_vllm(capsys):
     assert main(["env"]) == 0
     text = capsys.readouterr().out
     assert f"vLLM {section['version']} ({section['distribution']}): what the registry would choose" in text
-    assert "  platform: registry (accelreg.integrations.vllm_platform.platform) for backend acme" in text
+    assert "  platform: registry (accelreg.integrations.vllm.platform.platform) for backend acme" in text
     assert main(["env", "--report"]) == 0
     report = capsys.readouterr().out
     assert "**vLLM**" in report and max(len(line) for line in report.splitlines()) <= 100

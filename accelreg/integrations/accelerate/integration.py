@@ -1,0 +1,120 @@
+"""The accelerate row's integration: its seams (the modeling utilities, the state, checkpoint
+loading) and the shapes of the releases each adapter serves."""
+
+from __future__ import annotations
+
+from .._machinery import table
+from .._machinery.seams import LIBRARIES, Adapter, Integration, Seam
+from .checkpointing import _load_accelerator_state
+from .modeling import (
+    _MODELING,
+    _clear_device_cache,
+    _dispatch_model,
+    _get_max_memory,
+    _set_module_tensor_to_device,
+)
+from .state import _default_device, _prepare_backend, _set_device
+
+__all__ = ["INTEGRATION", "RELEASES", "ROW", "TESTED", "disable", "enable", "enabled"]
+
+
+_PREPARE_PARAMS = ("self", "cpu", "sagemaker_dp", "backend")
+
+#: Shapes (:func:`~accelreg.integrations._machinery.seams.shape`) of the private or rebuilt seams in the
+#: window 1.10.1-1.16.0 (each wraps upstream and falls back to it for what is not the registry's
+#: to decide; a new shape is looked at before it is trusted).
+_SHAPES: dict[str, tuple[str, ...]] = {
+    # 1.10-1.12 (the is_*_available ladder), 1.13, 1.14-1.15, 1.16 (torch.accelerator + a name table)
+    "prepare_backend": ("ddc9e63fda615720", "f32aaabbd338151d", "03bc7498537b3f5e", "86cddedf64a26672"),
+    # 1.10-1.12, 1.13-1.14, 1.15 (neuron), 1.16 (torch.get_device_module)
+    "set_device": ("97c3f8fa52740d20", "28f85c6119baa1da", "5665fe13336acdfc", "0de2d40ec4178e4b"),
+    # 1.10-1.12, 1.13, 1.14, 1.15, 1.16 (a ladder of device counts, then torch.accelerator)
+    "validate": (
+        "6fdff28b414be9fe",
+        "f8617b744ece43e1",
+        "b6c283536d824d8f",
+        "bd8cddd49da1bfb5",
+        "2a1ece00f5337397",
+    ),
+}
+
+#: The releases both accelerate integrations serve (the library and its command line), and the
+#: ones the release matrix runs.
+ROW = table.row("accelerate")
+RELEASES = ROW.releases
+TESTED = ROW.tested
+
+INTEGRATION = Integration(
+    **ROW.declared(),
+    seams=[
+        Seam(
+            _MODELING,
+            "get_max_memory",
+            _get_max_memory,
+            params=("max_memory",),
+            importers=("accelerate.utils", "transformers.integrations.accelerate"),
+            why="per-device memory of the registry's current backend (no ladder); given keys kept",
+        ),
+        Seam(
+            "accelerate.utils.memory",
+            "clear_device_cache",
+            _clear_device_cache,
+            params=("garbage_collection",),
+            importers=("accelerate.hooks", "peft.utils.loftq_utils"),
+            why="empty the cache of the current backend",
+        ),
+        Seam(
+            "accelerate.big_modeling",
+            "dispatch_model",
+            _dispatch_model,
+            params=("model", "device_map", "main_device"),
+            importers=("accelerate", "accelerate.utils.bnb", "transformers.integrations.accelerate"),
+            why="main_device = the map's first accelerator in forward order, not a hash-ordered set's",
+        ),
+        Seam(
+            _MODELING,
+            "set_module_tensor_to_device",
+            _set_module_tensor_to_device,
+            params=("module", "tensor_name", "device", "value", "dtype", "fp16_statistics"),
+            importers=("accelerate.hooks", "accelerate.utils", "accelerate.utils.bnb"),
+            why="qualified devices; bitsandbytes quantize-on-move on every accelerator its rules allow",
+        ),
+        Seam(
+            "accelerate.state",
+            "PartialState.default_device",
+            _default_device,
+            params=("self",),
+            why="the registry's current backend, in accelerate's form",
+        ),
+        Seam(
+            "accelerate.state",
+            "PartialState._prepare_backend",
+            why="a launched rank of any registry backend gets a multi-process type and dist_backend(); "
+            "never a backend the registry would not choose",
+            adapters=(
+                Adapter(
+                    RELEASES, _prepare_backend, shapes=_SHAPES["prepare_backend"], params=_PREPARE_PARAMS
+                ),
+            ),
+        ),
+        Seam(
+            "accelerate.state",
+            "PartialState.set_device",
+            why="rank r on <backend>:r (the registry's resolve()); a launched rank silently on the cpu "
+            "is a DeviceError",
+            adapters=(Adapter(RELEASES, _set_device, shapes=_SHAPES["set_device"], params=("self",)),),
+        ),
+        Seam(
+            "accelerate.checkpointing",
+            "load_accelerator_state",
+            _load_accelerator_state,
+            params=("input_dir", "models", "map_location"),
+            importers=("accelerate.accelerator",),
+            why="load_state onto a registry device safetensors does not list (it knows a fixed set of "
+            "device names): through the cpu",
+        ),
+    ],
+    scan_prefixes=LIBRARIES,
+)
+
+enable, disable, enabled = INTEGRATION.api()

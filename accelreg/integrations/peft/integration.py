@@ -1,0 +1,37 @@
+"""The peft row's integration: its one seam, ``peft.utils.other.infer_device`` (public; imported
+by name into six more modules; one shape in peft 0.17-0.21)."""
+
+from __future__ import annotations
+
+from .._machinery import table
+from .._machinery.seams import Adapter, Integration, Seam
+from .device import infer_device
+
+__all__ = ["INTEGRATION", "ROW", "disable", "enable", "enabled"]
+
+ROW = table.row("peft")
+
+INTEGRATION = Integration(
+    **ROW.declared(),
+    seams=[
+        Seam(
+            "peft.utils.other",
+            "infer_device",
+            infer_device,
+            importers=(
+                "peft.utils",
+                "peft.utils.save_and_load",
+                "peft.peft_model",
+                "peft.utils.hotswap",
+                "peft.optimizers.lorafa",
+                "peft.tuners.lora.monteclora",
+            ),
+            why="stage adapter weights on the registry's backend (not cuda-first)",
+            adapters=(Adapter(ROW.releases, infer_device, shapes=("1a138aaf7722ef16",)),),
+        )
+    ],
+    scan_prefixes=("peft", "transformers"),
+)
+
+
+enable, disable, enabled = INTEGRATION.api()
