@@ -141,10 +141,48 @@ def test_broken_file_is_reported_and_skipped_or_fatal_when_strict(problem, where
         load_settings()
 
 
+@pytest.mark.parametrize("where", ["accelreg.toml", "pyproject.toml", "parent accelreg.toml", "user"])
+def test_a_directory_where_a_configuration_file_is_looked_for_is_an_error(where, tmp_path, monkeypatch):
+    """Not skipped in silence (the user meant it as configuration) and not a traceback: one error
+    naming the path and the file expected there; the layer is skipped, or fatal when strict."""
+    path = {
+        "accelreg.toml": tmp_path / "work" / "accelreg.toml",
+        "pyproject.toml": tmp_path / "work" / "pyproject.toml",
+        "parent accelreg.toml": tmp_path / "accelreg.toml",  # met while walking up from work/
+        "user": tmp_path / "xdg" / "accelreg" / "config.toml",
+    }[where]
+    path.mkdir(parents=True)
+    (path / "config.toml").write_text("priority = ['xpu']\n")  # not read: the name is the folder's
+    if where != "user":  # a project file further up is not reached past the mistake
+        (tmp_path / "pyproject.toml").write_text("[tool.accelreg]\npriority = ['hpu']\n")
+    settings = load_settings()
+    assert settings.priority == () and settings.files == ()
+    assert len(settings.errors) == 1, settings.errors
+    error = settings.errors[0]
+    assert error.startswith(f"{path}: is a directory, not a file; ") and "TOML file" in error, error
+    assert ("user configuration file" if where == "user" else "no project configuration is read") in error
+    monkeypatch.setenv("ACCELREG_STRICT", "1")
+    with pytest.raises(ConfigError, match="is a directory, not a file"):
+        load_settings()
+
+
+def test_accelreg_config_naming_a_directory_says_so(tmp_path, monkeypatch):
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    monkeypatch.setenv("ACCELREG_CONFIG", str(folder))
+    (error,) = load_settings().errors
+    assert error == (
+        f"ACCELREG_CONFIG={folder}: is a directory, not a file; ACCELREG_CONFIG names the "
+        "configuration file itself, a TOML file of settings (priority = [...], ...)"
+    )
+    (folder / "config.toml").write_text("priority = ['xpu']\n")
+    (error,) = load_settings().errors
+    assert error.endswith(f" (did you mean ACCELREG_CONFIG={folder / 'config.toml'}?)")
+    monkeypatch.setenv("ACCELREG_CONFIG", str(tmp_path / "missing.toml"))
+    assert load_settings().errors == (f"ACCELREG_CONFIG={tmp_path / 'missing.toml'}: no such file",)
+
+
 def test_unreadable_file(tmp_path, monkeypatch):
-    path = tmp_path / "work" / "accelreg.toml"
-    path.mkdir()  # a folder where a file should be: is_file() is False, so it is not a config file
-    assert load_settings().errors == ()
     target = tmp_path / "cfg.toml"
     target.write_text("priority = ['npu']\n")
     target.chmod(0)
