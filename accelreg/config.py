@@ -138,6 +138,7 @@ def _check_names(items: Any, where: str) -> tuple[str, ...]:
     if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)):
         raise ConfigError(f"{where}: expected a list of names, got {type(items).__name__}")
     out: list[str] = []
+    seen: set[str] = set()  # a list of thousands of names is checked in linear time
     for item in items:
         if not isinstance(item, str):
             raise ConfigError(f"{where}: names must be strings, got {short(item)}")
@@ -147,8 +148,9 @@ def _check_names(items: Any, where: str) -> tuple[str, ...]:
                 "underscores, starting with a letter)"
             )
         item = str.__str__(item)
-        if item in out:
+        if item in seen:
             raise ConfigError(f"{where}: {item!r} is listed twice")
+        seen.add(item)
         out.append(item)
     return tuple(out)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -244,6 +246,53 @@ def test_unknown_priority_name_warns_or_fails_strict():
     accelreg.configure(strict=True)
     with pytest.raises(ConfigError, match="'acme'"):
         accelreg.resolve()
+
+
+def _unknown_warnings(source, names, monkeypatch, tmp_path):
+    """The accelreg warnings the first ``resolve()`` gives with ``names`` as ``priority``."""
+    _apply(source, names, monkeypatch, tmp_path)
+    accelreg.reset() if source != "argument" else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert accelreg.resolve() == torch.device("cpu")
+    return [str(w.message) for w in caught if "no installed plugin provides" in str(w.message)]
+
+
+@pytest.mark.parametrize("source", ["argument", "env", "project"])
+def test_a_long_priority_list_of_unknown_names_is_one_warning(source, monkeypatch, tmp_path):
+    """2,000 names no plugin provides: one warning with the count, the first few (each with its
+    "did you mean") and the known backends, not 2,000 warnings; strict mode raises it."""
+    names = ["nup", *(f"nope{i}" for i in range(1999))]
+    (message,) = _unknown_warnings(source, names, monkeypatch, tmp_path)
+    assert "names 2,000 backends that no installed plugin provides: 'nup' (did you mean 'npu'?), " in message
+    assert "'nope0', 'nope1', 'nope2', 'nope3' and 1,995 more; known backends: cpu, cuda, " in message
+    assert "nope4" not in message and len(message) < 400, message
+    accelreg.configure(strict=True)
+    with pytest.raises(ConfigError, match=r"names 2,000 backends .* and 1,995 more; known backends"):
+        accelreg.resolve()
+
+
+def test_a_few_unknown_names_are_listed_in_one_warning(monkeypatch, tmp_path):
+    (message,) = _unknown_warnings("env", ["acme", "zeta"], monkeypatch, tmp_path)
+    assert message.startswith(
+        "accelreg: priority (env ACCELREG_PRIORITY) names 2 backends that no installed plugin "
+        "provides: 'acme', 'zeta'; known backends: "
+    )
+
+
+def test_the_suggestion_work_does_not_grow_with_the_priority_list(monkeypatch, tmp_path):
+    """A "did you mean" is worked out for the names the warning shows only: as many difflib
+    calls for 2,000 unknown names as for 6 (counted, not timed)."""
+    calls = []
+    real = difflib.get_close_matches
+    monkeypatch.setattr(difflib, "get_close_matches", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    counts = []
+    for n in (6, 2000):
+        calls.clear()
+        names = [f"nope{i}" for i in range(n)]
+        assert len(_unknown_warnings("argument", names, monkeypatch, tmp_path)) == 1
+        counts.append(len(calls))
+    assert counts[0] == counts[1] and 0 < counts[1] <= 5, (counts, calls)
 
 
 def test_unknown_key_in_file_is_a_warning(tmp_path):
