@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .. import registry
+from .. import flags, registry
 from ..errors import DeviceError
 from ..registry import Plugin
 from ..registry.containment import describe
@@ -86,7 +86,6 @@ _REGISTRY_FACTORY = "accelreg.integrations.vllm_platform.platform"
 #: processes vLLM spawns.
 _AUTO_INSTALL = "ACCELREG_AUTO_INSTALL"
 _ARMING = ("ACCELREG_RUN", _AUTO_INSTALL)
-_YES = ("1", "true", "yes", "on")
 #: The distributions that ship the ``vllm`` package: the project's own, and its CPU builds.
 _DISTRIBUTIONS = (
     "vllm",
@@ -485,7 +484,8 @@ def _resolve(original: Any) -> Any:
 
 
 def _armed() -> bool:
-    return bool(os.environ.get("ACCELREG_RUN")) or os.environ.get(_AUTO_INSTALL, "").strip().lower() in _YES
+    # Read as the start-up hook reads them (accelreg.launch.startup.armed): accelreg.flags' words.
+    return any(flags.env_switch(name) for name in _ARMING)
 
 
 def _on_enable() -> None:
