@@ -5,6 +5,7 @@ said once. In-process through ``accelreg.cli.main`` (the subprocess path is test
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import warnings
@@ -141,6 +142,8 @@ def test_run_exits_126_for_what_cannot_be_executed_and_127_for_what_is_not_found
     for name in (*scripts, "noshebang.py"):
         (tmp_path / name).chmod(0o755)
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    os.mkfifo(tmp_path / "fifo")  # exec refuses it; reading its #! line would block
+    (tmp_path / "fifo").chmod(0o755)
     cases = {
         "./plain.py": (
             126,
@@ -175,6 +178,10 @@ def test_run_exits_126_for_what_cannot_be_executed_and_127_for_what_is_not_found
             f"cannot execute './interpnoexec.sh': its #! interpreter {str(tmp_path / 'plain.py')!r} is not executable",
         ),
         "./adir": (126, "cannot execute './adir': it is a directory"),
+        "./fifo": (
+            126,
+            "cannot execute './fifo': it is not a regular file (a named pipe, a device or a socket)",
+        ),
         "./plain.py/x": (126, "cannot execute './plain.py/x': a part of its path is a file, not a directory"),
         "adir-on-path": (
             127,

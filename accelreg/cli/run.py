@@ -133,11 +133,13 @@ def _cannot_start(program: str, exc: OSError) -> int:
             return _say(f"{program}: no such file", EXIT_NOT_FOUND)
         return _say(f"cannot execute {program!r}: {_missing(found)}", EXIT_NOT_FOUND)  # as a shell: 127
     path = os.fsdecode(exc.filename) if exc.filename is not None else program  # PATH's hit, for a bare name
-    interpreter = _interpreter(path)
+    interpreter = _interpreter(path) if exc.errno == errno.EACCES else None
     if os.path.isdir(path):
         if bare:  # a shell skips directories on PATH
             return _say(f"{program}: command not found (not on PATH; {path} is a directory)", EXIT_NOT_FOUND)
         why = "it is a directory"
+    elif os.path.exists(path) and not os.path.isfile(path):
+        why = "it is not a regular file (a named pipe, a device or a socket)"
     elif exc.errno == errno.ENOEXEC:
         why = f"it is not a program and has no #! line (run it as `python {program}`, or give it a #! line)"
     elif exc.errno == errno.EACCES and interpreter is not None and os.access(path, os.X_OK):
@@ -166,8 +168,11 @@ def _say(line: str, code: int) -> int:
 
 def _interpreter(path: str) -> str | None:
     """The interpreter a ``#!`` line at the start of ``path`` names (as the kernel reads it: up
-    to the first space or tab), or ``None``."""
+    to the first space or tab), or ``None``. Only a regular file is read (a named pipe would
+    block)."""
     try:
+        if not os.path.isfile(path):
+            return None
         with open(path, "rb") as fh:
             head = fh.read(256)
     except OSError:
