@@ -19,6 +19,7 @@ import difflib
 import math
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -137,6 +138,7 @@ def _check_names(items: Any, where: str) -> tuple[str, ...]:
     if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)):
         raise ConfigError(f"{where}: expected a list of names, got {type(items).__name__}")
     out: list[str] = []
+    seen: set[str] = set()  # a list of thousands of names is checked in linear time
     for item in items:
         if not isinstance(item, str):
             raise ConfigError(f"{where}: names must be strings, got {short(item)}")
@@ -146,8 +148,9 @@ def _check_names(items: Any, where: str) -> tuple[str, ...]:
                 "underscores, starting with a letter)"
             )
         item = str.__str__(item)
-        if item in out:
+        if item in seen:
             raise ConfigError(f"{where}: {item!r} is listed twice")
+        seen.add(item)
         out.append(item)
     return tuple(out)
 
@@ -271,14 +274,12 @@ def _table(path: Path, *, pyproject: bool) -> dict[str, Any] | None:
 
 
 def find_project_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The nearest ``accelreg.toml`` or ``pyproject.toml`` with ``[tool.accelreg]``."""
+    """The nearest ``accelreg.toml`` or ``pyproject.toml`` with ``[tool.accelreg]``; a
+    :class:`ConfigError` when the nearest thing of either name is not a file (a directory)."""
     for folder in (start, *start.parents):
         for name, is_pyproject in (("accelreg.toml", False), ("pyproject.toml", True)):
             candidate = folder / name
-            try:
-                if not candidate.is_file():
-                    continue
-            except OSError:
+            if not _is_file(candidate, _PROJECT_FILE[is_pyproject]):
                 continue
             table = _table(candidate, pyproject=is_pyproject)
             if table is not None:
@@ -286,24 +287,69 @@ def find_project_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
     return None
 
 
+_PROJECT_FILE = {
+    False: "the project configuration file accelreg looks for is a TOML file of that name "
+    "(priority = [...], ...), so no project configuration is read until it is renamed or removed",
+    True: "the project file accelreg looks for is a TOML file of that name (its [tool.accelreg] "
+    "table), so no project configuration is read until it is renamed or removed",
+}
+_USER_FILE = (
+    "the user configuration file accelreg looks for is a TOML file of that name "
+    "(priority = [...], ...); rename or remove the directory"
+)
+#: What a path that is neither a file nor a directory is, by its mode.
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _is_file(path: Path, expected: str) -> bool:
+    """Whether ``path`` is a regular file (following links), ``False`` where nothing is, and a
+    :class:`ConfigError` (ending with ``expected``) where something else is: a directory where a
+    configuration file is looked for is a mistake to report, not a file to skip in silence."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):  # not there, a dangling link, a name too long, no permission
+        return False
+    if stat.S_ISREG(mode):
+        return True
+    raise ConfigError(f"{path}: {_kind(mode)}, not a file; {expected}")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    return "is " + next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
 def user_file(environ: Mapping[str, str]) -> Path | None:
-    """``$ACCELREG_CONFIG`` (must exist), else ``$XDG_CONFIG_HOME/accelreg/config.toml``."""
+    """``$ACCELREG_CONFIG`` (must be a file), else ``$XDG_CONFIG_HOME/accelreg/config.toml``; a
+    :class:`ConfigError` when the path is a directory (or anything but a file)."""
     explicit = environ.get("ACCELREG_CONFIG")
     if explicit:
         try:
             path = Path(explicit).expanduser()
-            found = path.is_file()
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            raise ConfigError(f"ACCELREG_CONFIG={explicit}: no such file") from None
         except (OSError, RuntimeError, ValueError) as exc:  # a name too long, ~nosuchuser
             raise ConfigError(f"ACCELREG_CONFIG={explicit}: cannot be used: {exc}") from None
-        if not found:
-            raise ConfigError(f"ACCELREG_CONFIG={explicit}: no such file")
-        return path
+        if stat.S_ISREG(mode):
+            return path
+        hint = ""
+        if stat.S_ISDIR(mode):
+            inside = next((path / n for n in ("config.toml", "accelreg.toml") if (path / n).is_file()), None)
+            hint = f" (did you mean ACCELREG_CONFIG={inside}?)" if inside is not None else ""
+        raise ConfigError(
+            f"ACCELREG_CONFIG={explicit}: {_kind(mode)}, not a file; ACCELREG_CONFIG names the "
+            f"configuration file itself, a TOML file of settings (priority = [...], ...){hint}"
+        )
     base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     path = Path(base) / "accelreg" / "config.toml"
-    try:
-        return path if path.is_file() else None
-    except OSError:
-        return None
+    return path if _is_file(path, _USER_FILE) else None
 
 
 def load_settings(

@@ -7,6 +7,7 @@ those inside functions; ``TYPE_CHECKING`` blocks left out).
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -204,3 +205,46 @@ def test_the_private_reach_check_can_fail(tmp_path: Path) -> None:
     (package / "a" / "friend.py").write_text("from . import _inner\nfrom .mod import _g\n")
     reaches = sorted(target for _, _, target in imports.build(package).private)
     assert reaches == ["accelreg.a._inner", "accelreg.a.mod._g", "accelreg.a.mod._g"]
+
+
+#: Words that only an on/off vocabulary holds (lower case, as a parser compares them after
+#: ``.lower()``; ``str(bool)``'s "True" is not one).
+_ON_OFF = {"true", "yes", "false"}
+
+
+def _on_off_words(source: str, where: str) -> list[str]:
+    """Where ``source`` spells an on/off word in a tuple, list or set, or compares with one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = node.elts
+        elif isinstance(node, ast.Compare):
+            items = node.comparators
+        else:
+            continue
+        found += [
+            f"{where}:{item.lineno}: {item.value!r}"
+            for item in items
+            if isinstance(item, ast.Constant) and isinstance(item.value, str) and item.value in _ON_OFF
+        ]
+    return found
+
+
+def test_on_and_off_words_are_written_out_only_in_accelreg_flags() -> None:
+    """accelreg reads its yes/no values with ``accelreg.flags``' one parser, and another library's
+    variable with that library's own helper: no second list of the words (issue 40: the vLLM
+    integration's ``_YES``, the accelerate integration's reading of ``ACCELERATE_USE_CPU``)."""
+    package = Path(__file__).resolve().parent.parent / "accelreg"
+    found = [
+        hit
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "flags.py" or path.parent != package
+        for hit in _on_off_words(path.read_text(encoding="utf-8"), str(path.relative_to(package.parent)))
+    ]
+    assert found == []
+
+
+def test_the_on_and_off_words_check_can_fail() -> None:
+    source = '_YES = ("1", "true", "yes", "on")\nok = os.environ.get("X", "").lower() in ("1", "true")\n'
+    assert _on_off_words(source, "m.py") == ["m.py:1: 'true'", "m.py:1: 'yes'", "m.py:2: 'true'"]
+    assert _on_off_words('ok = str(flag) == "True"\nOFF = ("none", "no", "off")\n', "m.py") == []

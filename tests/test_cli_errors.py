@@ -97,6 +97,25 @@ def test_config_writes_its_errors_to_stderr(tmp_path, monkeypatch, capsys):
     assert json.loads(out)["errors"] and "malformed TOML" in err
 
 
+@pytest.mark.parametrize("where", ["ACCELREG_CONFIG", "project", "user"])
+def test_config_names_a_directory_given_as_a_configuration_file(where, tmp_path, monkeypatch, capsys):
+    folder = {
+        "ACCELREG_CONFIG": tmp_path / "settings",
+        "project": tmp_path / "accelreg.toml",
+        "user": tmp_path / "xdg" / "accelreg" / "config.toml",
+    }[where]
+    folder.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    if where == "ACCELREG_CONFIG":
+        monkeypatch.setenv("ACCELREG_CONFIG", str(folder))
+    assert cli.main(["config"]) == cli.EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{folder}: is a directory, not a file; " in err and "a TOML file" in err, err
+    assert "no such file" not in err
+
+
 # -- accelreg plan: flags before anything is built -------------------------------------------
 @pytest.mark.parametrize(
     ("budget", "needle"),

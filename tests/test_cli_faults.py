@@ -5,6 +5,7 @@ said once. In-process through ``accelreg.cli.main`` (the subprocess path is test
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import warnings
@@ -120,14 +121,29 @@ _NOT_EXECUTABLE = "#!/usr/bin/env python3\nprint('ran')\n"
 
 
 def test_run_exits_126_for_what_cannot_be_executed_and_127_for_what_is_not_found(tmp_path):
-    """One line each, as a shell says it, instead of a 20-line traceback and status 1. Run in a
-    child (``cli.main`` would become the command if it could start it)."""
+    """One line each, as a shell says it, instead of a 20-line traceback and status 1, naming what
+    is wrong (a missing #! interpreter by its path). Run in a child (``cli.main`` would become
+    the command if it could start it)."""
     (tmp_path / "plain.py").write_text(_NOT_EXECUTABLE)  # no execute bit
     (tmp_path / "noshebang.py").write_text("print('ran')\n")
-    (tmp_path / "noshebang.py").chmod(0o755)
-    (tmp_path / "badinterp.py").write_text("#!/nonexistent/python\nprint('ran')\n")
-    (tmp_path / "badinterp.py").chmod(0o755)
     (tmp_path / "adir").mkdir()
+    bin_dir = tmp_path / "bin"  # put first on the child's PATH
+    (bin_dir / "adir-on-path").mkdir(parents=True)
+    scripts = {
+        "badinterp.py": "#!/nonexistent/python\nprint('ran')\n",
+        "bin/badinterp-on-path": "#!/nonexistent/python -u\nprint('ran')\n",
+        "crlf.sh": "#!/bin/sh\r\necho ran\r\n",
+        "nested.sh": f"#!{tmp_path / 'badinterp.py'}\n",
+        "interpdir.sh": f"#!{tmp_path / 'adir'}\n",
+        "interpnoexec.sh": f"#!{tmp_path / 'plain.py'}\n",
+    }
+    for name, text in scripts.items():
+        (tmp_path / name).write_text(text)
+    for name in (*scripts, "noshebang.py"):
+        (tmp_path / name).chmod(0o755)
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    os.mkfifo(tmp_path / "fifo")  # exec refuses it; reading its #! line would block
+    (tmp_path / "fifo").chmod(0o755)
     cases = {
         "./plain.py": (
             126,
@@ -137,13 +153,52 @@ def test_run_exits_126_for_what_cannot_be_executed_and_127_for_what_is_not_found
             126,
             "cannot execute './noshebang.py': it is not a program and has no #! line (run it as `python ./noshebang.py`",
         ),
-        "./badinterp.py": (126, "cannot execute './badinterp.py': its #! interpreter was not found"),
+        "./badinterp.py": (
+            127,
+            "cannot execute './badinterp.py': its #! interpreter '/nonexistent/python' was not found",
+        ),
+        "badinterp-on-path": (
+            127,
+            "cannot execute 'badinterp-on-path': its #! interpreter '/nonexistent/python' was not found",
+        ),
+        "./crlf.sh": (
+            127,
+            "cannot execute './crlf.sh': its #! interpreter '/bin/sh\\r' was not found: the file has Windows line endings",
+        ),
+        "./nested.sh": (
+            127,
+            f"cannot execute './nested.sh': its #! interpreter {str(tmp_path / 'badinterp.py')!r} cannot start",
+        ),
+        "./interpdir.sh": (
+            126,
+            f"cannot execute './interpdir.sh': its #! interpreter {str(tmp_path / 'adir')!r} is a directory",
+        ),
+        "./interpnoexec.sh": (
+            126,
+            f"cannot execute './interpnoexec.sh': its #! interpreter {str(tmp_path / 'plain.py')!r} is not executable",
+        ),
         "./adir": (126, "cannot execute './adir': it is a directory"),
+        "./fifo": (
+            126,
+            "cannot execute './fifo': it is not a regular file (a named pipe, a device or a socket)",
+        ),
+        "./plain.py/x": (126, "cannot execute './plain.py/x': a part of its path is a file, not a directory"),
+        "adir-on-path": (
+            127,
+            f"adir-on-path: command not found (not on PATH; {bin_dir / 'adir-on-path'} is a directory)",
+        ),
         "./missing.py": (127, "./missing.py: no such file"),
+        "./dangling": (
+            127,
+            f"./dangling: no such file (a symbolic link to {str(tmp_path / 'gone')!r}, which does not exist)",
+        ),
         "accelreg-no-such-command": (127, "accelreg-no-such-command: command not found (not on PATH)"),
+        "": (2, "the command name is empty (an unset shell variable after --?)"),
+        "a\0b": (2, "argument 0 of the command, 'a\\x00b', contains a NUL character"),
     }
     code = (
-        "import contextlib, io, json, sys\nfrom accelreg import cli\nout = {}\n"
+        "import contextlib, io, json, os, sys\nfrom accelreg import cli\nout = {}\n"
+        f"os.environ['PATH'] = {str(bin_dir)!r} + os.pathsep + os.environ['PATH']\n"
         f"for cmd in {list(cases)!r}:\n"
         "    err = io.StringIO()\n"
         "    with contextlib.redirect_stderr(err):\n"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -141,10 +143,48 @@ def test_broken_file_is_reported_and_skipped_or_fatal_when_strict(problem, where
         load_settings()
 
 
+@pytest.mark.parametrize("where", ["accelreg.toml", "pyproject.toml", "parent accelreg.toml", "user"])
+def test_a_directory_where_a_configuration_file_is_looked_for_is_an_error(where, tmp_path, monkeypatch):
+    """Not skipped in silence (the user meant it as configuration) and not a traceback: one error
+    naming the path and the file expected there; the layer is skipped, or fatal when strict."""
+    path = {
+        "accelreg.toml": tmp_path / "work" / "accelreg.toml",
+        "pyproject.toml": tmp_path / "work" / "pyproject.toml",
+        "parent accelreg.toml": tmp_path / "accelreg.toml",  # met while walking up from work/
+        "user": tmp_path / "xdg" / "accelreg" / "config.toml",
+    }[where]
+    path.mkdir(parents=True)
+    (path / "config.toml").write_text("priority = ['xpu']\n")  # not read: the name is the folder's
+    if where != "user":  # a project file further up is not reached past the mistake
+        (tmp_path / "pyproject.toml").write_text("[tool.accelreg]\npriority = ['hpu']\n")
+    settings = load_settings()
+    assert settings.priority == () and settings.files == ()
+    assert len(settings.errors) == 1, settings.errors
+    error = settings.errors[0]
+    assert error.startswith(f"{path}: is a directory, not a file; ") and "TOML file" in error, error
+    assert ("user configuration file" if where == "user" else "no project configuration is read") in error
+    monkeypatch.setenv("ACCELREG_STRICT", "1")
+    with pytest.raises(ConfigError, match="is a directory, not a file"):
+        load_settings()
+
+
+def test_accelreg_config_naming_a_directory_says_so(tmp_path, monkeypatch):
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    monkeypatch.setenv("ACCELREG_CONFIG", str(folder))
+    (error,) = load_settings().errors
+    assert error == (
+        f"ACCELREG_CONFIG={folder}: is a directory, not a file; ACCELREG_CONFIG names the "
+        "configuration file itself, a TOML file of settings (priority = [...], ...)"
+    )
+    (folder / "config.toml").write_text("priority = ['xpu']\n")
+    (error,) = load_settings().errors
+    assert error.endswith(f" (did you mean ACCELREG_CONFIG={folder / 'config.toml'}?)")
+    monkeypatch.setenv("ACCELREG_CONFIG", str(tmp_path / "missing.toml"))
+    assert load_settings().errors == (f"ACCELREG_CONFIG={tmp_path / 'missing.toml'}: no such file",)
+
+
 def test_unreadable_file(tmp_path, monkeypatch):
-    path = tmp_path / "work" / "accelreg.toml"
-    path.mkdir()  # a folder where a file should be: is_file() is False, so it is not a config file
-    assert load_settings().errors == ()
     target = tmp_path / "cfg.toml"
     target.write_text("priority = ['npu']\n")
     target.chmod(0)
@@ -206,6 +246,53 @@ def test_unknown_priority_name_warns_or_fails_strict():
     accelreg.configure(strict=True)
     with pytest.raises(ConfigError, match="'acme'"):
         accelreg.resolve()
+
+
+def _unknown_warnings(source, names, monkeypatch, tmp_path):
+    """The accelreg warnings the first ``resolve()`` gives with ``names`` as ``priority``."""
+    _apply(source, names, monkeypatch, tmp_path)
+    accelreg.reset() if source != "argument" else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert accelreg.resolve() == torch.device("cpu")
+    return [str(w.message) for w in caught if "no installed plugin provides" in str(w.message)]
+
+
+@pytest.mark.parametrize("source", ["argument", "env", "project"])
+def test_a_long_priority_list_of_unknown_names_is_one_warning(source, monkeypatch, tmp_path):
+    """2,000 names no plugin provides: one warning with the count, the first few (each with its
+    "did you mean") and the known backends, not 2,000 warnings; strict mode raises it."""
+    names = ["nup", *(f"nope{i}" for i in range(1999))]
+    (message,) = _unknown_warnings(source, names, monkeypatch, tmp_path)
+    assert "names 2,000 backends that no installed plugin provides: 'nup' (did you mean 'npu'?), " in message
+    assert "'nope0', 'nope1', 'nope2', 'nope3' and 1,995 more; known backends: cpu, cuda, " in message
+    assert "nope4" not in message and len(message) < 400, message
+    accelreg.configure(strict=True)
+    with pytest.raises(ConfigError, match=r"names 2,000 backends .* and 1,995 more; known backends"):
+        accelreg.resolve()
+
+
+def test_a_few_unknown_names_are_listed_in_one_warning(monkeypatch, tmp_path):
+    (message,) = _unknown_warnings("env", ["acme", "zeta"], monkeypatch, tmp_path)
+    assert message.startswith(
+        "accelreg: priority (env ACCELREG_PRIORITY) names 2 backends that no installed plugin "
+        "provides: 'acme', 'zeta'; known backends: "
+    )
+
+
+def test_the_suggestion_work_does_not_grow_with_the_priority_list(monkeypatch, tmp_path):
+    """A "did you mean" is worked out for the names the warning shows only: as many difflib
+    calls for 2,000 unknown names as for 6 (counted, not timed)."""
+    calls = []
+    real = difflib.get_close_matches
+    monkeypatch.setattr(difflib, "get_close_matches", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    counts = []
+    for n in (6, 2000):
+        calls.clear()
+        names = [f"nope{i}" for i in range(n)]
+        assert len(_unknown_warnings("argument", names, monkeypatch, tmp_path)) == 1
+        counts.append(len(calls))
+    assert counts[0] == counts[1] and 0 < counts[1] <= 5, (counts, calls)
 
 
 def test_unknown_key_in_file_is_a_warning(tmp_path):

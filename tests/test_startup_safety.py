@@ -332,6 +332,22 @@ def test_an_unknown_switch_value_counts_as_off_and_says_so_once(capsys: pytest.C
     )
 
 
+@pytest.mark.parametrize("value", ["1", " TRUE ", "On", "0", "off", "", "maybe"])
+@pytest.mark.parametrize("var", ["ACCELREG_RUN", "ACCELREG_AUTO_INSTALL"])
+def test_the_vllm_integration_reads_the_switches_as_the_start_up_hook_does(
+    var: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vLLM integration arms the processes vLLM spawns (``ACCELREG_AUTO_INSTALL=1``) exactly
+    when this process's switches would not have armed the hook: it reads them with the one
+    parser (it had its own list of on words, and took ``ACCELREG_RUN=0`` for on)."""
+    from accelreg.integrations.vllm import integration
+
+    for name in ("ACCELREG_RUN", "ACCELREG_AUTO_INSTALL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(var, value)
+    assert integration._armed() is startup.armed() is (flags.parse(value) is True)
+
+
 @pytest.mark.parametrize("value", ["0", "false", "no", "off"])
 def test_an_off_accelreg_run_is_no_launcher(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``ACCELREG_RUN=0`` used to count as set: the hook armed and the registry refused a cpu

@@ -23,7 +23,8 @@ EXIT_CONFIG = 3
 #: ``accelreg run``: the command was found but cannot be executed (no execute bit, a directory,
 #: no ``#!`` line), as a shell says it.
 EXIT_CANNOT_EXECUTE = 126
-#: ``accelreg run``: the command was not found, as a shell says it.
+#: ``accelreg run``: the command, or the ``#!`` interpreter it names, was not found, as a shell
+#: says it.
 EXIT_NOT_FOUND = 127
 #: A reader closed the output pipe early (``accelreg env | head``): the status of a process
 #: killed by SIGPIPE, without a traceback.

@@ -1,7 +1,8 @@
 """``accelreg run [--devices IDS] -- COMMAND``: start a job's command under the registry.
 
-It speaks the shell's language: a command that is not found exits 127 and one that cannot be
-executed 126, each with one line on stderr; a malformed ``--devices`` is a usage error (2).
+It speaks the shell's language: a command that is not found (or whose ``#!`` interpreter is not)
+exits 127 and one that cannot be executed 126, each with one line on stderr naming what is wrong;
+an empty command name and a malformed ``--devices`` are usage errors (2).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
         "--devices, the backend's visible-devices variable makes those physical devices the job's "
         "logical devices 0..n-1 (each rank then picks logical device LOCAL_RANK through "
         "accelreg.resolve()). The exit status and signals are COMMAND's own; a COMMAND that is not "
-        "found exits 127, one that cannot be executed 126, as in a shell.",
+        "found (or whose #! interpreter is not) exits 127, one that cannot be executed 126, as in a shell.",
         epilog="Where the command cannot be wrapped (a cluster's own launch scripts), set "
         "ACCELREG_AUTO_INSTALL=1 in the job's environment instead: see docs/scaling.md.",
     )
@@ -76,6 +77,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _usage(
             "give the command to start after --, e.g. accelreg run -- torchrun --nproc-per-node 2 train.py"
         )
+    problem = _command_problem(command)
+    if problem is not None:
+        return _usage(problem)
     if args.backend is not None and args.devices is None:
         return _usage("--backend says whose devices --devices names; give --devices too")
     ids = None
@@ -96,25 +100,100 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK  # pragma: no cover - run() replaces this process
 
 
+def _command_problem(command: list[str]) -> str | None:
+    """What makes ``command`` impossible to hand to ``exec`` at all, or ``None``."""
+    if not command[0]:
+        return (
+            "the command name is empty (an unset shell variable after --?); give the command to "
+            "start after --, e.g. accelreg run -- torchrun --nproc-per-node 2 train.py"
+        )
+    for i, arg in enumerate(command):
+        if "\0" in arg:  # only from Python (cli.main): a process's own arguments cannot hold one
+            return f"argument {i} of the command, {arg!r}, contains a NUL character"
+    return None
+
+
 def _cannot_start(program: str, exc: OSError) -> int:
-    """One line and the shell's status for a command ``exec`` refused: 127 not found, 126 found
-    but not executable."""
+    """One line and the shell's status for a command ``exec`` refused: 127 when it, or the ``#!``
+    interpreter it names, is not found; 126 when it is found but cannot be executed."""
+    bare = os.sep not in program
     if exc.errno == errno.ENOENT:
-        if os.sep in program and os.path.lexists(program):  # the file is there: its #! interpreter is not
-            print(
-                f"accelreg run: cannot execute {program!r}: its #! interpreter was not found", file=sys.stderr
-            )
-            return EXIT_CANNOT_EXECUTE
-        where = "no such file" if os.sep in program else "command not found (not on PATH)"
-        print(f"accelreg run: {program}: {where}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    if os.path.isdir(program):
+        import shutil  # only here: a plain `accelreg run` imports as little as it can
+
+        # For a bare name exec searched PATH and reports its last entry: find the file ourselves.
+        found = shutil.which(program) if bare else program if os.path.exists(program) else None
+        if found is None:
+            if bare:
+                return _say(f"{program}: command not found (not on PATH)", EXIT_NOT_FOUND)
+            if os.path.islink(program):
+                return _say(
+                    f"{program}: no such file (a symbolic link to {os.readlink(program)!r}, which does not exist)",
+                    EXIT_NOT_FOUND,
+                )
+            return _say(f"{program}: no such file", EXIT_NOT_FOUND)
+        return _say(f"cannot execute {program!r}: {_missing(found)}", EXIT_NOT_FOUND)  # as a shell: 127
+    path = os.fsdecode(exc.filename) if exc.filename is not None else program  # PATH's hit, for a bare name
+    interpreter = _interpreter(path) if exc.errno == errno.EACCES else None
+    if os.path.isdir(path):
+        if bare:  # a shell skips directories on PATH
+            return _say(f"{program}: command not found (not on PATH; {path} is a directory)", EXIT_NOT_FOUND)
         why = "it is a directory"
+    elif os.path.exists(path) and not os.path.isfile(path):
+        why = "it is not a regular file (a named pipe, a device or a socket)"
     elif exc.errno == errno.ENOEXEC:
         why = f"it is not a program and has no #! line (run it as `python {program}`, or give it a #! line)"
+    elif exc.errno == errno.EACCES and interpreter is not None and os.access(path, os.X_OK):
+        if os.path.isdir(interpreter):
+            why = f"its #! interpreter {interpreter!r} is a directory"
+        elif not os.access(interpreter, os.X_OK):
+            why = f"its #! interpreter {interpreter!r} is not executable"
+        else:
+            why = f"permission denied (to it, or to its #! interpreter {interpreter!r}; a file system mounted noexec?)"
+    elif exc.errno == errno.EACCES and os.access(path, os.X_OK):
+        why = "permission denied, though it has an execute bit (a file system mounted noexec?)"
     elif exc.errno == errno.EACCES:
         why = f"permission denied (run it as `python {program}`, or `chmod +x` it)"
+    elif exc.errno == errno.ENOTDIR:
+        why = "a part of its path is a file, not a directory"
     else:
         why = exc.strerror or str(exc)
-    print(f"accelreg run: cannot execute {program!r}: {why}", file=sys.stderr)
-    return EXIT_CANNOT_EXECUTE
+    shown = f"{program!r} ({path})" if bare and path != program else repr(program)
+    return _say(f"cannot execute {shown}: {why}", EXIT_CANNOT_EXECUTE)
+
+
+def _say(line: str, code: int) -> int:
+    print(f"accelreg run: {line}", file=sys.stderr)
+    return code
+
+
+def _interpreter(path: str) -> str | None:
+    """The interpreter a ``#!`` line at the start of ``path`` names (as the kernel reads it: up
+    to the first space or tab), or ``None``. Only a regular file is read (a named pipe would
+    block)."""
+    try:
+        if not os.path.isfile(path):
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].lstrip(b" \t")
+    name = line.replace(b"\t", b" ").split(b" ", 1)[0]
+    return os.fsdecode(name) if name else None
+
+
+def _missing(path: str) -> str:
+    """Why an existing file ``exec`` says is not found cannot start: what its ``#!`` names."""
+    interpreter = _interpreter(path)
+    if interpreter is None:
+        return "a file it needs to start is missing (a program built for another system, whose loader is not here?)"
+    if interpreter.endswith("\r"):
+        return (
+            f"its #! interpreter {interpreter!r} was not found: the file has Windows line endings "
+            "(convert it, e.g. with dos2unix)"
+        )
+    if os.path.exists(interpreter):
+        return f"its #! interpreter {interpreter!r} cannot start (a file it needs, its own #! interpreter or loader, is missing)"
+    return f"its #! interpreter {interpreter!r} was not found"

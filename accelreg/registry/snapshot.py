@@ -63,6 +63,9 @@ LOCAL_SIZE_VARS = (
 #: the node, not the devices its own mask shows).
 DEVICE_ID_VAR = "ACCELREG_DEVICE_ID"
 _RUN_VAR = "ACCELREG_RUN"
+#: How many of the names a setting gives that no plugin provides its one warning shows (each with
+#: a "did you mean"); the rest are counted.
+_UNKNOWN_SHOWN = 5
 #: Any of these set means a launcher started this process as part of a job (``ACCELREG_RUN``:
 #: ``accelreg run``, for every process of its command, when it holds an on word;
 #: ``ACCELREG_DEVICE_ID``: a scheduler gave it devices).
@@ -154,6 +157,12 @@ def _rank_bounds(
         found, names = [], (*LOCAL_SIZE_VARS, "WORLD_SIZE")
     found += [(var, environ[var]) for var in names if (environ.get(var) or "").strip()]
     return tuple(found)
+
+
+def _close(name: str, known: list[str]) -> str:
+    """``" (did you mean 'npu'?)"`` for a near miss of a known backend name, else ``""``."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _distribution_installed(name: str) -> bool:
@@ -263,22 +272,28 @@ class Snapshot:
             raise PluginError("no cpu backend is registered; accelreg's own installation is broken")
         known = sorted(b.name for b in chosen)
         for key in ("priority", "providers"):
-            for name in getattr(s, key):
-                if name not in by_name:
-                    self._unknown_name(key, name, known)
+            self._unknown_names(key, [name for name in getattr(s, key) if name not in by_name], known)
         rank = {name: i for i, name in enumerate(s.priority)}
         chosen.sort(key=lambda b: (b.name == "cpu", rank.get(b.name, len(rank)), -b.spec.priority, b.name))
         for i, backend in enumerate(chosen):
             backend.position = i
         return tuple(chosen)
 
-    def _unknown_name(self, key: str, name: str, known: list[str]) -> None:
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        msg = (
-            f"{key} ({self.settings.sources.get(key)}) names {name!r}, which no installed plugin "
-            f"provides{hint}; known backends: {', '.join(known)}"
-        )
+    def _unknown_names(self, key: str, names: list[str], known: list[str]) -> None:
+        """One warning (an error in strict mode) for every name of setting ``key`` that no plugin
+        provides: how many, the first :data:`_UNKNOWN_SHOWN` with a "did you mean" each, and the
+        known backends. Its work is bounded by what it shows, not by the length of the list."""
+        if not names:
+            return
+        where = f"{key} ({self.settings.sources.get(key)})"
+        if len(names) == 1:
+            said = f"{where} names {names[0]!r}, which no installed plugin provides{_close(names[0], known)}"
+        else:
+            shown = ", ".join(f"{name!r}{_close(name, known)}" for name in names[:_UNKNOWN_SHOWN])
+            more = len(names) - _UNKNOWN_SHOWN
+            shown += f" and {more:,} more" if more > 0 else ""
+            said = f"{where} names {len(names):,} backends that no installed plugin provides: {shown}"
+        msg = f"{said}; known backends: {', '.join(known)}"
         if self.settings.strict:
             raise ConfigError(msg + " (ACCELREG_STRICT is set)")
         self.warn(msg)

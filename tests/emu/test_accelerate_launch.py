@@ -264,3 +264,50 @@ def test_a_launched_rank_that_accelerate_puts_on_the_cpu_is_a_device_error(monke
         assert asked.device.type == "cpu"
     finally:
         ar_accelerate.disable()
+
+
+@pytest.mark.accelreg_emu(name="emu", devices=2)
+def test_accelerate_use_cpu_is_read_as_accelerate_reads_it(monkeypatch):
+    """``ACCELERATE_USE_CPU`` asks for the cpu wherever accelerate's own
+    ``parse_flag_from_env`` says so (``t``, ``y``, ``True``: accelerate's words, not accelreg's),
+    and only there: an off word, or a value accelerate refuses, leaves the never-silently-cpu
+    check to raise."""
+    from types import SimpleNamespace
+
+    import accelerate.state as state
+    from accelerate.utils.environment import parse_flag_from_env
+
+    import accelreg
+    from accelreg.integrations import accelerate as ar_accelerate
+
+    for key, value in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(key, value)
+    accelreg.reset()
+    ar_accelerate.enable()
+    try:
+        for value, asked in {
+            "t": True,
+            "y": True,
+            "True": True,
+            "1": True,
+            "f": False,
+            "off": False,
+            "maybe": False,
+        }.items():
+            monkeypatch.setenv("ACCELERATE_USE_CPU", value)
+            if value != "maybe":
+                assert parse_flag_from_env("ACCELERATE_USE_CPU") is asked, value
+            rank = SimpleNamespace(
+                device=None,
+                distributed_type=state.DistributedType.MULTI_CPU,
+                _cpu=False,
+                local_process_index=0,
+            )
+            if asked:
+                state.PartialState.set_device(rank)
+                assert rank.device.type == "cpu", value
+            else:
+                with pytest.raises(accelreg.DeviceError, match="put this process on the cpu"):
+                    state.PartialState.set_device(rank)
+    finally:
+        ar_accelerate.disable()

@@ -97,6 +97,18 @@ def _set_device(original: Any) -> Any:
     return set_device
 
 
+def _asks_for_cpu() -> bool:
+    """Whether ``ACCELERATE_USE_CPU`` asks for the cpu, read as accelerate reads it: with its own
+    ``accelerate.utils.environment.parse_flag_from_env`` (in every served release, 1.10 to 1.16:
+    y/yes/t/true/on/1, any case). A value accelerate refuses does not ask for the cpu."""
+    from accelerate.utils.environment import parse_flag_from_env
+
+    try:
+        return bool(parse_flag_from_env("ACCELERATE_USE_CPU"))
+    except ValueError:  # accelerate's "invalid truth value" (its own AcceleratorState raises it)
+        return False
+
+
 def _never_silently_cpu(state: Any, call: str) -> None:
     """A launcher-started rank that accelerate put on the cpu while the registry has an
     available accelerator, without the cpu being asked for (``cpu=True``, ``--cpu``,
@@ -104,7 +116,7 @@ def _never_silently_cpu(state: Any, call: str) -> None:
     device = getattr(state, "device", None)
     if device is None or device.type != "cpu" or getattr(state, "_cpu", False):
         return
-    if os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"):
+    if _asks_for_cpu():
         return
     snap = registry.get()
     if snap.launcher is None:

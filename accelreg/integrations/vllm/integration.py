@@ -8,6 +8,7 @@ import inspect
 import os
 from typing import Any
 
+from ... import flags
 from .._machinery import table
 from .._machinery.seams import Adapter, Integration, IntegrationWarning, Seam
 from .selection import (
@@ -26,7 +27,6 @@ __all__ = ["INTEGRATION", "disable", "enable", "enabled"]
 #: processes vLLM spawns.
 _AUTO_INSTALL = "ACCELREG_AUTO_INSTALL"
 _ARMING = ("ACCELREG_RUN", _AUTO_INSTALL)
-_YES = ("1", "true", "yes", "on")
 
 
 # -- the seam -------------------------------------------------------------------------------
@@ -50,7 +50,8 @@ def _resolve(original: Any) -> Any:
 
 
 def _armed() -> bool:
-    return bool(os.environ.get("ACCELREG_RUN")) or os.environ.get(_AUTO_INSTALL, "").strip().lower() in _YES
+    # Read as the start-up hook reads them (accelreg.launch.startup.armed): accelreg.flags' words.
+    return any(flags.env_switch(name) for name in _ARMING)
 
 
 def _on_enable() -> None:
