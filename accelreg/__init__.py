@@ -38,10 +38,19 @@ if TYPE_CHECKING:  # what the lazily served names are, for type checkers and rea
     from .meta import device_map_for
     from .placement import placement_rule
     from .planner import check_device_map, plan_device_map
-    from .queries import backends, current_backend, device_count, dist_backend, failures
+    from .queries import backends, capabilities, current_backend, device_count, dist_backend, failures
     from .registry import configure, register, reset, unregister
     from .resolution import resolve
-    from .types import Availability, BackendInfo, BackendSpec, MemoryInfo, PlacementRule, PluginFailure
+    from .types import (
+        Availability,
+        BackendInfo,
+        BackendSpec,
+        Capabilities,
+        DtypeSupport,
+        MemoryInfo,
+        PlacementRule,
+        PluginFailure,
+    )
 
 __version__ = "0.2.0"
 
@@ -49,6 +58,7 @@ __version__ = "0.2.0"
 _OWNERS: dict[str, str] = {
     "resolve": "accelreg.resolution",
     "backends": "accelreg.queries",
+    "capabilities": "accelreg.queries",
     "current_backend": "accelreg.queries",
     "device_count": "accelreg.queries",
     "dist_backend": "accelreg.queries",
@@ -61,6 +71,8 @@ _OWNERS: dict[str, str] = {
     "Availability": "accelreg.types",
     "BackendInfo": "accelreg.types",
     "BackendSpec": "accelreg.types",
+    "Capabilities": "accelreg.types",
+    "DtypeSupport": "accelreg.types",
     "MemoryInfo": "accelreg.types",
     "PlacementRule": "accelreg.types",
     "PluginFailure": "accelreg.types",
@@ -77,9 +89,11 @@ __all__ = [
     "Availability",
     "BackendInfo",
     "BackendSpec",
+    "Capabilities",
     "ConfigError",
     "DeviceError",
     "DeviceMapError",
+    "DtypeSupport",
     "IntegrationError",
     "MemoryInfo",
     "MetaModelError",
@@ -90,6 +104,7 @@ __all__ = [
     "PluginFailure",
     "UsageError",
     "backends",
+    "capabilities",
     "check_device_map",
     "configure",
     "current_backend",

@@ -52,6 +52,13 @@ def accelreg_backends() -> Iterable[BackendSpec]:
     creates, your PCI vendor id), declare it as ``hardware=HardwareSignature(...)``: on a
     machine that has the hardware but not your package, ``accelreg env`` names it and says
     what to install. It is data (accelreg looks, nothing is imported) and only reports.
+    Say what your devices compute in with ``dtypes``: a mapping declared once
+    (``{"bfloat16": True, "float16": True, "float8_e4m3fn": False}``) or a probe ``(index) ->
+    mapping`` that asks your runtime about device ``index``. :func:`accelreg.capabilities`
+    answers it to frameworks (bf16/fp16 mixed precision, fp8); what you leave out is asked of
+    ``torch.<device_type>.is_bf16_supported()`` and ``.get_amp_supported_dtype()``, and is
+    otherwise unknown (never ``False``). The conformance kit checks that every dtype you answer
+    ``True`` computes on your devices (docs/plugins.md, "What your devices compute in").
     For vLLM, declare the platform that serves your backend (``vllm_platform="acme"``: your
     vLLM platform plugin's entry-point name, one of vLLM's own, or a class path); declare none
     and accelreg's registry platform serves it (docs/plugins.md, "What vLLM gets from your
@@ -101,6 +108,18 @@ def accelreg_backends() -> Iterable[BackendSpec]:
             return torch_acme.get_device_name(index)
 
 
+        def _dtypes(index: int) -> dict[str, object]:
+            import torch_acme
+
+            fp8 = torch_acme.get_device_capability(index) >= (3, 0)
+            return {
+                "bfloat16": torch_acme.is_bf16_supported(),
+                "float16": True,
+                "float8_e4m3fn": (fp8, "Acme X3 and later multiply float8"),
+                "float8_e5m2": (fp8, "Acme X3 and later multiply float8"),
+            }
+
+
         def _versions() -> dict[str, str]:
             from importlib.metadata import PackageNotFoundError, version
 
@@ -121,6 +140,7 @@ def accelreg_backends() -> Iterable[BackendSpec]:
                 memory_info=_memory,
                 device_name=_name,
                 versions=_versions,
+                dtypes=_dtypes,  # what each device computes in: accelreg.capabilities()
                 dist_backend="acme_ccl",
                 description="Acme accelerator (torch_acme)",
                 hardware=HardwareSignature(  # seen by accelreg env even without torch_acme

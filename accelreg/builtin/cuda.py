@@ -75,6 +75,45 @@ def _versions() -> dict[str, str]:
     return out
 
 
+#: The first compute capability whose tensor cores multiply float8 (Ada, then Hopper):
+#: ``torch._scaled_mm`` refuses older NVIDIA devices.
+FP8_CAPABILITY = (8, 9)
+
+
+def _dtypes(index: int) -> dict[str, object]:
+    """What CUDA device ``index`` computes in, by torch's own rules for that device:
+    ``torch.cuda.is_bf16_supported()`` (which asks only the current device) for bfloat16, float16
+    everywhere, float8 from compute capability 8.9 (ROCm devices: not answered, gfx942 computes
+    the fnuz float8 formats, later chips the OCP ones)."""
+    import torch
+
+    out: dict[str, object] = {
+        "float16": (True, "every CUDA and ROCm device torch runs on computes in float16")
+    }
+    if getattr(torch.version, "hip", None):
+        out["bfloat16"] = (True, "torch.cuda.is_bf16_supported(): every ROCm device computes in bfloat16")
+        return out
+    props = torch.cuda.get_device_properties(index)
+    cc = (int(props.major), int(props.minor))
+    where = f"compute capability {cc[0]}.{cc[1]}"
+    if cc >= (8, 0):
+        out["bfloat16"] = (True, f"{where} computes in bfloat16 natively (torch.cuda.is_bf16_supported())")
+    else:
+        try:  # torch.cuda.is_bf16_supported()'s own test for an older device: emulated
+            torch.tensor([1.0], dtype=torch.bfloat16, device=torch.device("cuda", index))
+            out["bfloat16"] = (True, f"{where} < 8.0: emulated, as torch.cuda.is_bf16_supported() counts it")
+        except Exception as exc:  # noqa: BLE001 - torch's own test answers False on any failure
+            out["bfloat16"] = (
+                False,
+                f"{where} < 8.0, and no bfloat16 tensor can be made: {type(exc).__name__}",
+            )
+    fp8 = cc >= FP8_CAPABILITY
+    sign = ">=" if fp8 else "<"
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        out[name] = (fp8, f"{where} {sign} 8.9 (float8 matrix multiplies need Ada or Hopper)")
+    return out
+
+
 @hookimpl
 def accelreg_backends():
     yield torch_module_backend(
@@ -91,5 +130,6 @@ def accelreg_backends():
         presence=_driver_loaded,
         runtime_versions=_versions,
         hardware=HARDWARE,
+        dtypes=_dtypes,
         description="NVIDIA CUDA / AMD ROCm (torch.cuda)",
     )

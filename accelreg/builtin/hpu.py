@@ -15,6 +15,23 @@ def _device(index: int):
     return torch.device("hpu")
 
 
+def _dtypes(index: int) -> dict[str, object]:
+    """What the Gaudi generation the runtime reports computes in (Gaudi's own
+    ``habana_frameworks.torch.utils.experimental._get_device_type()``, which transformers asks
+    too): bfloat16 on every Gaudi; float16 and both float8 formats from Gaudi2 on."""
+    from habana_frameworks.torch.utils.experimental import _get_device_type, synDeviceType
+
+    kind = _get_device_type()
+    first = kind == synDeviceType.synDeviceGaudi
+    generation = getattr(kind, "name", str(kind)).removeprefix("synDevice") or str(kind)
+    later = f"{generation} computes in it (Gaudi2 and later do)"
+    earlier = f"{generation} does not (only Gaudi2 and later do)"
+    out: dict[str, object] = {"bfloat16": (True, f"every Gaudi computes in bfloat16 ({generation})")}
+    for name in ("float16", "float8_e4m3fn", "float8_e5m2"):
+        out[name] = (not first, earlier if first else later)
+    return out
+
+
 @hookimpl
 def accelreg_backends():
     yield torch_module_backend(
@@ -34,5 +51,6 @@ def accelreg_backends():
             pci_vendors=("0x1da3",),  # Habana Labs: every device is an accelerator
         ),
         vllm_platform="hpu",  # vllm-gaudi's platform plugin (entry point hpu = vllm_gaudi:register)
+        dtypes=_dtypes,
         description="Intel Gaudi HPU (habana_frameworks.torch)",
     )

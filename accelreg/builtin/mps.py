@@ -31,6 +31,18 @@ def _versions() -> dict[str, str]:
     return {"macOS": release} if release else {}
 
 
+def _dtypes(index: int) -> dict[str, object]:
+    """What the Apple GPU computes in: float16 always, bfloat16 from macOS 14 (Metal's answer,
+    ``torch.backends.mps.is_macos_or_newer(14, 0)``); float8 is not answered."""
+    import torch
+
+    bf16 = bool(torch.backends.mps.is_macos_or_newer(14, 0))
+    return {
+        "float16": (True, "Metal computes in float16 on every Apple GPU"),
+        "bfloat16": (bf16, f"Metal computes in bfloat16 from macOS 14: macOS 14 or newer is {bf16}"),
+    }
+
+
 @hookimpl
 def accelreg_backends():
     yield BackendSpec(
@@ -45,4 +57,5 @@ def accelreg_backends():
         description="Apple Metal (torch.mps)",
         dist_backend="gloo",  # torch's own default for mps tensors
         gres=(),  # no cluster scheduler hands out Apple GPUs
+        dtypes=_dtypes,
     )

@@ -36,6 +36,21 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _dtypes(index: int) -> dict[str, object]:
+    """What XPU device ``index`` computes in: ``torch.xpu.is_bf16_supported()`` (it counts
+    emulation, so it is true of every device) and the device's ``has_fp16``; float8 is not
+    answered."""
+    import torch
+
+    props = torch.xpu.get_device_properties(index)
+    bf16 = bool(torch.xpu.is_bf16_supported())
+    fp16 = bool(getattr(props, "has_fp16", False))
+    return {
+        "bfloat16": (bf16, f"torch.xpu.is_bf16_supported() answered {bf16}"),
+        "float16": (fp16, f"torch.xpu.get_device_properties({index}).has_fp16 is {fp16}"),
+    }
+
+
 @hookimpl
 def accelreg_backends():
     yield torch_module_backend(
@@ -51,5 +66,6 @@ def accelreg_backends():
         ray_resource="GPU",  # Ray's own name (Ray's Intel GPU manager)
         gres=("gpu",),  # Slurm's own type (Slurm sets ZE_AFFINITY_MASK itself)
         vllm_platform="xpu",  # vLLM's own
+        dtypes=_dtypes,
         description="Intel GPU (torch.xpu)",
     )

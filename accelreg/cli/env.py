@@ -3,8 +3,8 @@
 The host (OS, Python, CPU, RAM), the libraries (numpy, transformers, accelerate, ...), the
 configuration files read, every backend (why it is (un)available, its runtime's and driver's
 versions as its plugin reports them), hardware that is here while its runtime or plugin is
-missing (and what to install), each device (name, total and free memory), what ``resolve()``
-picks, the integrations, vLLM's platform (the one it would run on, and every platform plugin
+missing (and what to install), each device (name, total and free memory, and the dtypes it
+computes in, as :func:`accelreg.capabilities` answers), what ``resolve()`` picks, the integrations, vLLM's platform (the one it would run on, and every platform plugin
 seen), plugin failures and warnings. ``--json`` prints the data
 (``accelreg/schemas/env.schema.json``); ``--report`` prints a Markdown block of at most 100
 columns to paste into a bug report.
@@ -23,12 +23,14 @@ from importlib import metadata
 from typing import Any
 
 from .. import registry
+from ..dtypes import COMPUTE_DTYPES
 from ..errors import AccelregError
 from ..integrations import status as integration_status
 from ..integrations import table as integration_table
 from ..integrations.torch import report as torch_accelerator_report
 from ..integrations.vllm import report as vllm_report
 from ..launch import slurm
+from ..registry.capabilities import capabilities as device_capabilities
 from ..registry.hardware import seen as hardware_seen
 from ..resolution import resolve_in
 from ..sizes import format_size
@@ -125,6 +127,10 @@ def env_report(*, hardware_root: str = "/") -> dict[str, Any]:
                 "visible_devices_error": probed.visible_error,
                 "versions": b.versions(),
                 "device_info": _devices(b, info) if b.name != "cpu" else [],
+                "capabilities": [
+                    device_capabilities(b, index, device).as_dict()
+                    for index, device in enumerate(info.devices())
+                ],
             }
         )
     pick: dict[str, Any]
@@ -170,6 +176,26 @@ def _devices(b: Any, info: Any) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _dtype_table(report: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
+    """Rows ``[device, yes|no|unknown per dtype]`` for every device's compute dtypes, and one
+    line per answer that is not "yes", saying why (once per backend, dtype and reason)."""
+    words = {True: "yes", False: "no", None: "unknown"}
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    for b in report["backends"]:
+        seen: set[tuple[str, str]] = set()
+        for cap in b["capabilities"]:
+            row = [cap["device"]]
+            for name in COMPUTE_DTYPES:
+                answer = cap["dtypes"].get(name)
+                row.append(words[answer["supported"]] if answer else "-")
+                if answer and answer["supported"] is not True and (name, answer["reason"]) not in seen:
+                    seen.add((name, answer["reason"]))
+                    notes.append(f"{b['name']} {name}: {answer['reason']}")
+            rows.append(row)
+    return rows, notes
 
 
 def _host(snap: Any) -> dict[str, Any]:
@@ -479,6 +505,13 @@ def cmd_env(args: argparse.Namespace) -> int:
         say()
         device_rows = [[d["device"], d["name"] or "-", _size(d["total"]), _size(d["free"])] for d in devices]
         print(table(device_rows, ["device", "name", "total", "free"], width))
+    dtype_rows, dtype_notes = _dtype_table(report)
+    if dtype_rows:
+        say()
+        say("compute dtypes (accelreg.capabilities(); unknown: neither the plugin nor the runtime says):")
+        print(table(dtype_rows, ["device", *COMPUTE_DTYPES], width))
+        for note in dtype_notes:
+            say(f"  {note}")
     runtimes = [b for b in report["backends"] if b["versions"]]
     if runtimes:
         say()
@@ -609,6 +642,12 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
         out += ["", "**Devices**", ""]
         device_rows = [[d["device"], d["name"] or "-", _size(d["total"]), _size(d["free"])] for d in devices]
         out += _md_table(device_rows, ["device", "name", "total", "free"], width)
+    dtype_rows, dtype_notes = _dtype_table(report)
+    if dtype_rows:
+        out += ["", "**Compute dtypes** (`accelreg.capabilities()`)", ""]
+        out += _md_table(dtype_rows, ["device", *COMPUTE_DTYPES], width)
+        for note in dtype_notes:
+            out += _bullet(note, width)
     if report["integrations"]:
         out += ["", "**Integrations**", ""]
         out += _bullet(f"scope: {report['integrations_scope']}", width)

@@ -14,7 +14,8 @@ Plugins are contained: a plugin that fails to import, or whose hook or probe rai
 
 The jobs live in one file each: :mod:`.containment` (the probe thread, its timeout, the
 re-entry guard), :mod:`.loading` (entry points, pluggy, the registry's own copy of each spec),
-:mod:`.probing` (a backend's probes and presence), :mod:`.snapshot` (selection and queries).
+:mod:`.probing` (a backend's probes and presence), :mod:`.capabilities` (what a device computes
+in), :mod:`.snapshot` (selection and queries).
 """
 
 from __future__ import annotations

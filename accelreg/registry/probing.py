@@ -190,6 +190,8 @@ class Backend:
         self._probed: Probed | None = None
         self._presence: str | None = _UNSET
         self._presence_lock = threading.Lock()  # presence() probes, which takes _lock
+        self._memo: dict[Any, Any] = {}
+        self._memo_lock = threading.RLock()  # held while a memoised answer is computed (which may memo)
         # accelreg's own cpu backend answers at once and must exist whatever probe_timeout says.
         self._inline = plugin.builtin and spec.name == "cpu"
 
@@ -357,6 +359,23 @@ class Backend:
         except ProbeFailed:
             return None
 
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``'s answer, computed once per snapshot for ``key`` (answers built from
+        probes, such as a device's capabilities). Inside an import, with another thread
+        computing, it computes without caching rather than wait (as :meth:`probe` does)."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            pass
+        if not acquire(self._memo_lock):
+            return compute()
+        try:
+            if key not in self._memo:
+                self._memo[key] = compute()
+            return self._memo[key]
+        finally:
+            self._memo_lock.release()
+
     # -- presence -------------------------------------------------------------------------
     def presence(self) -> str | None:
         """Why this backend counts as present here, or ``None``.
@@ -439,6 +458,7 @@ class Backend:
         """Fresh locks in a forked child (another thread may have held one at the fork)."""
         self._lock = threading.Lock()
         self._presence_lock = threading.Lock()
+        self._memo_lock = threading.RLock()
 
 
 def _set_by_slurm(environ: Any, value: str) -> bool:

@@ -13,17 +13,19 @@ import dataclasses
 import math
 import operator
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._text import short
 from ..config import NAME_RE
+from ..dtypes import dtype_name
 from ..types import BackendSpec, HardwareSignature, PlacementRule
 from .containment import CONTAINED, Nonsense, describe, safe_repr
 
 if TYPE_CHECKING:
     from .loading import Plugin
 
-__all__ = ["RAY_RESERVED", "RESERVED", "own_rule", "own_spec"]
+__all__ = ["RAY_RESERVED", "RESERVED", "Checked", "check_dtypes", "own_rule", "own_spec"]
 
 #: Names a backend may not take: they mean something else in a device map.
 RESERVED = frozenset({"auto", "disk", "meta", "balanced", "balanced_low_0", "sequential"})
@@ -106,6 +108,8 @@ def _own_spec(spec: Any, plugin: Plugin) -> BackendSpec:
             raise Nonsense(f"{field_name} of {name!r} is not callable")
     if values.get("hardware") is not None:
         values["hardware"] = _own_hardware(values["hardware"], name)
+    if "dtypes" in values:  # a field of a later accelreg on this version
+        values["dtypes"] = _own_dtypes(values["dtypes"], name)
     if not isinstance(values["indexed"], bool):
         raise Nonsense(f"indexed of {name!r} must be True or False, got {safe_repr(values['indexed'])}")
     if not isinstance(values["description"], str):
@@ -133,6 +137,55 @@ def _gres(value: Any, name: str) -> tuple[str, ...] | None:
             raise Nonsense(f"gres of {name!r} names {item!r} twice")
         names.append(item)
     return tuple(names)
+
+
+# -- dtypes ---------------------------------------------------------------------------------
+_MAX_ENTRIES, _MAX_REASON = 32, 200
+#: A checked answer: ``{name: (True | False | None, reason or None)}``.
+Checked = dict[str, "tuple[bool | None, str | None]"]
+
+
+def check_dtypes(value: Any) -> Checked:
+    """The registry's copy of a ``dtypes`` mapping, or :class:`Nonsense` naming the problem."""
+    if not isinstance(value, Mapping):
+        raise Nonsense(f"dtypes returned {safe_repr(value)}, not a mapping of dtype names to True/False/None")
+    items = list(value.items())
+    if len(items) > _MAX_ENTRIES:
+        raise Nonsense(f"dtypes has {len(items)} entries; at most {_MAX_ENTRIES}")
+    out: Checked = {}
+    for key, answer in items:
+        try:
+            name = dtype_name(key)
+        except (TypeError, ValueError) as exc:
+            raise Nonsense(f"dtypes names {safe_repr(key)}: {exc}") from None
+        if name in out:
+            raise Nonsense(f"dtypes names {name} twice")
+        out[name] = _check_answer(name, answer)
+    return out
+
+
+def _check_answer(name: str, answer: Any) -> tuple[bool | None, str | None]:
+    reason = None
+    if isinstance(answer, tuple) and tuple.__len__(answer) == 2:
+        answer, reason = tuple.__getitem__(answer, 0), tuple.__getitem__(answer, 1)
+        if not isinstance(reason, str) or not reason.strip():
+            raise Nonsense(f"dtypes[{name!r}] gives the reason {safe_repr(reason)}, not a non-empty str")
+        reason = " ".join(str.__str__(reason).split())[:_MAX_REASON]
+    if answer is not None and not isinstance(answer, bool):
+        raise Nonsense(f"dtypes[{name!r}] is {safe_repr(answer)}, not True, False or None")
+    return (None if answer is None else bool(answer)), reason
+
+
+def _own_dtypes(value: Any, name: str) -> Checked | Any:
+    """``dtypes``: ``None``, a probe (callable), or a mapping, checked and copied now."""
+    if value is None or callable(value):
+        return value
+    if not isinstance(value, Mapping):
+        raise Nonsense(f"dtypes of {name!r} is {safe_repr(value)}, neither a mapping nor a probe (callable)")
+    try:
+        return check_dtypes(value)
+    except Nonsense as exc:
+        raise Nonsense(f"dtypes of {name!r}: {exc}") from None
 
 
 # -- hardware signatures ------------------------------------------------------------------

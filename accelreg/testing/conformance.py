@@ -14,6 +14,7 @@ import pytest
 
 import accelreg
 from accelreg import registry
+from accelreg.dtypes import COMPUTE_DTYPES, try_dtypes
 from accelreg.integrations.vllm import check_declared
 from accelreg.types import PlacementRule
 
@@ -59,8 +60,11 @@ class BackendConformance:
     reason, device count, resolve round trips for every index, a tensor allocated and read
     back on each device, memory info consistent with an allocation, visible-devices parsing,
     the runtime's versions and each device's name (what ``accelreg env`` shows),
-    ``torch.<device_type>.is_available()`` answering (never raising), well-formed placement
-    rules, and the vLLM platform the backend declares, if any (installed, loads, imports). One check starts fresh interpreters: under the backend's visible-devices variable
+    ``torch.<device_type>.is_available()`` answering (never raising), what each device computes
+    in (:func:`accelreg.capabilities`: bfloat16 and float16 answered, every dtype answered
+    ``True`` computed on the device, agreeing with ``torch.<device_type>.is_bf16_supported()``),
+    well-formed placement rules, and the vLLM platform the backend declares, if any (installed,
+    loads, imports). One check starts fresh interpreters: under the backend's visible-devices variable
     naming one device, the registry *and the runtime* (``torch.<device_type>.device_count()``)
     must see exactly that device — a runtime that ignores its mask would put every rank of a
     job on the same devices — and, where the devices' memory totals tell them apart, logical
@@ -233,6 +237,62 @@ class BackendConformance:
         assert answer is True, (
             f"torch.{info.device_type}.is_available() answered {answer!r} on an available backend"
         )
+
+    def test_compute_dtypes(self) -> None:
+        """What each device computes in, as :func:`accelreg.capabilities` answers it: answers
+        well-formed and without a failed probe; bfloat16 and float16 known (frameworks decide
+        mixed precision by them: declare ``BackendSpec.dtypes`` where the runtime cannot say);
+        every dtype answered ``True`` computed on the device (:func:`accelreg.dtypes.try_dtypes`);
+        and bfloat16 as ``torch.<device_type>.is_bf16_supported()`` answers, where it exists
+        (transformers asks it directly)."""
+        import torch
+
+        info = self._info()
+        problems: list[str] = []
+        for i in range(info.device_count if info.indexed else 1):
+            caps = accelreg.capabilities(i, backend=self.backend)
+            device = accelreg.resolve(i, backend=self.backend)
+            assert caps.backend == self.backend and caps.device == str(device), caps
+            assert tuple(d.dtype for d in caps.dtypes[: len(COMPUTE_DTYPES)]) == COMPUTE_DTYPES, caps
+            for d in caps.dtypes:
+                assert d.supported in (True, False, None) and d.reason.strip(), d
+                assert d.source in ("declared", "probe", "runtime", "unknown"), d
+            for name in ("bfloat16", "float16"):
+                d = caps.support(name)
+                if d.supported is None:
+                    problems.append(
+                        f"{caps.device}: nobody says whether it computes in {name} ({d.reason}); declare it in "
+                        f"BackendSpec.dtypes, or give torch.{info.device_type} is_bf16_supported() / "
+                        "get_amp_supported_dtype()"
+                    )
+            claimed = [d.dtype for d in caps.dtypes if d.supported and d.dtype in COMPUTE_DTYPES]
+            if claimed:
+                tried = try_dtypes(device)
+                problems += [
+                    f"{caps.device}: answered that it computes in {name} ({caps.support(name).reason}), but "
+                    f"{tried[name][1]}"
+                    for name in claimed
+                    if not tried[name][0]
+                ]
+        stage = f" of {self.backend!r}"
+        failed = [
+            str(f)
+            for f in registry.get().failures
+            if f.stage.endswith(stage)
+            and ("dtypes" in f.stage or "_supported" in f.stage or "amp" in f.stage)
+        ]
+        problems += [f"a probe failed: {f}" for f in failed]
+        module = getattr(torch, info.device_type, None)
+        ask = getattr(module, "is_bf16_supported", None)
+        if callable(ask):
+            theirs = ask()
+            mine = accelreg.capabilities(0, backend=self.backend).support("bfloat16")
+            if mine.known and theirs is not mine.supported:
+                problems.append(
+                    f"torch.{info.device_type}.is_bf16_supported() answers {theirs!r}, the registry "
+                    f"{mine.supported!r} ({mine.reason}): frameworks that ask torch would decide otherwise"
+                )
+        assert not problems, "; ".join(problems)
 
     def _single_device_values(self, count: int) -> list[tuple[str, int]]:
         """Values of the visible-devices variable that name one physical device: ``(value, id)``."""

@@ -184,3 +184,89 @@ def test_the_kit_fails_an_is_available_that_raises(pytester, monkeypatch):
     result.stdout.fnmatch_lines(
         ["*TestRaises*", "*torch.emu.is_available() raised RuntimeError: driver not initialised*"]
     )
+
+
+_SAYS_LITTLE = """
+import accelreg
+from accelreg.types import Availability, BackendSpec
+
+
+def _available():
+    import accelreg_emu
+
+    accelreg_emu.activate()
+    return Availability.yes("the emulator, under another plugin")
+
+
+def _count():
+    import torch
+
+    return torch.emu.device_count()
+
+
+@accelreg.hookimpl
+def accelreg_backends():
+    # declares nothing: its runtime must say, and (in the test) cannot
+    yield BackendSpec(name="acme", priority=2, device_type="emu", is_available=_available, device_count=_count)
+    # declares float8, which its runtime (in the test) cannot multiply
+    yield BackendSpec(
+        name="acme8",
+        priority=1,
+        device_type="emu",
+        is_available=_available,
+        device_count=_count,
+        dtypes={"bfloat16": True, "float16": True, "float8_e4m3fn": True},
+    )
+"""
+
+
+def test_the_kit_fails_unknown_bf16_and_a_dtype_claimed_but_not_computed(pytester, monkeypatch):
+    from tests._fakes import make_dist
+
+    _emulated(
+        monkeypatch,
+        make_dist(pytester.path / "site", "acme-accel", "1.0", "acme_dtypes", _SAYS_LITTLE, "acme"),
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        import accelreg
+        from accelreg.testing import BackendConformance
+
+        @pytest.fixture
+        def flagless_runtime(monkeypatch):
+            accelreg.device_count("emu")  # the runtime is up: torch.emu exists
+            monkeypatch.delattr(torch.emu, "is_bf16_supported")
+            monkeypatch.delattr(torch.emu, "get_amp_supported_dtype")
+
+        @pytest.fixture
+        def no_float8(monkeypatch):
+            def scaled_mm(*args, **kwargs):
+                raise RuntimeError("no float8 units")
+
+            monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
+
+        @pytest.mark.usefixtures("flagless_runtime")
+        class TestSaysNothing(BackendConformance):
+            backend = "acme"
+
+        @pytest.mark.usefixtures("no_float8")
+        class TestClaimsFloat8(BackendConformance):
+            backend = "acme8"
+
+        class TestAnswers(BackendConformance):
+            backend = "emu"
+        """
+    )
+    result = pytester.runpytest_subprocess("-k", "test_compute_dtypes")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*emu:0: nobody says whether it computes in bfloat16*declare it in BackendSpec.dtypes*",
+            "*emu:0: answered that it computes in float8_e4m3fn (declared by acme8's plugin (acme-accel)), but "
+            "a scaled matrix multiply on float8_e4m3fn failed: RuntimeError: no float8 units*",
+        ],
+        consecutive=False,
+    )

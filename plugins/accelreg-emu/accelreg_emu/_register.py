@@ -59,6 +59,28 @@ def _warm_up_autograd(name: str) -> None:
     atexit.register(_flush_autograd_workers, name)
 
 
+def _check_hpu_hooks(cfg: EmuConfig) -> None:
+    """Refuse, in words, an HPU runtime that came up after torch had settled on "no accelerator".
+
+    torch reads the HPU hooks once per process, the first time anything asks
+    ``torch.accelerator`` (or the autograd engine runs); hooks registered later are never seen,
+    and every backward pass on the device then fails with "Cannot access accelerator device
+    when none is available". The emulator comes up at ``import torch`` (``accelreg_emu_pth``,
+    as torch's autoload brings up Gaudi's runtime), so this happens only with
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` and torch's accelerator asked before the runtime.
+    """
+    get = getattr(torch._C, "_accelerator_getAccelerator", None)
+    if not cfg.device_count or get is None or get() is not None:
+        return
+    raise RuntimeError(
+        "accelreg-emu: torch settled on 'no accelerator' before the emulated HPU runtime came up "
+        "(torch.accelerator was asked before habana_frameworks.torch was imported, as happens with "
+        "TORCH_DEVICE_BACKEND_AUTOLOAD=0), and torch reads the HPU hooks once per process: import "
+        "habana_frameworks.torch before anything asks torch.accelerator, or leave "
+        "TORCH_DEVICE_BACKEND_AUTOLOAD at 1 so that the runtime comes up with torch"
+    )
+
+
 def register(cfg: EmuConfig) -> None:
     """Load the extension, size its devices and make ``torch.<name>`` real."""
     assert cfg.name is not None
@@ -67,6 +89,8 @@ def register(cfg: EmuConfig) -> None:
         _rename(name)
     load_library("hpu" if name == "hpu" else "privateuse1")
     torch.ops.accelreg_emu.configure(cfg.device_count, list(cfg.capacities))
+    if name == "hpu":
+        _check_hpu_hooks(cfg)
     torch.ops.accelreg_emu.set_shallow_copy_compatible(cfg.shallow_copy)
     _device._bind(cfg)
     if getattr(torch, name, None) is not _device:

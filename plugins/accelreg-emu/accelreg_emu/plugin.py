@@ -107,8 +107,19 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _dtypes(index: int) -> dict[str, object]:
+    """What the emulated devices compute in, as a vendor's probe answers it from its runtime:
+    every operator runs on the host's CPU kernels, so it is what those compute, tried on device
+    ``index`` (a small computation in each dtype; the same answers under every name)."""
+    import torch
+    from accelreg.plugin import try_dtypes
+
+    return try_dtypes(torch.device(_name(), index))
+
+
 def _optional(**fields: object) -> dict[str, object]:
-    """The fields this accelreg's BackendSpec has (an older accelreg lacks ``versions``)."""
+    """The fields this accelreg's BackendSpec has (an older accelreg lacks ``versions``,
+    ``dtypes``, ...)."""
     known = {f.name for f in dataclasses.fields(BackendSpec)}
     return {k: v for k, v in fields.items() if k in known}
 
@@ -140,5 +151,5 @@ def accelreg_backends() -> Iterator[BackendSpec]:
         # configuration then warns (raises under a launcher) instead of giving cpu silently.
         runtime_package="accelreg_emu" if os.environ.get("ACCELREG_EMU_NAME") else None,
         # Slurm: a GRES type named for the emulated name, or Slurm's own gpu type.
-        **_optional(versions=_versions, device_name=_device_name, gres=(name, "gpu")),
+        **_optional(versions=_versions, device_name=_device_name, gres=(name, "gpu"), dtypes=_dtypes),
     )
