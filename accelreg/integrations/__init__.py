@@ -37,6 +37,7 @@ from ._machinery import table
 # ``typing`` is not imported at run time: the start-up hook imports this in every job process.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from ._machinery.releases import Releases
@@ -111,13 +112,38 @@ def _library_installed(trigger: str) -> bool:
         return False
 
 
+def _deferred(action: Callable[[], None]) -> bool:
+    """Hand ``action`` to the registry to run once it has finished running plugin code, when
+    this hook fired inside plugin code (a vendor's plugin importing a host library at module
+    level, while the registry loads it: asking the registry there is refused). Returns whether
+    it was deferred."""
+    from ..registry.containment import inside_plugin
+
+    if not inside_plugin():
+        return False
+    from .. import registry
+
+    registry.after_build(action)
+    return True
+
+
 def _enable_row(row: table.Row) -> None:
     """The import hook of a built-in row: import its folder (now that the library is loaded)
     and enable it; nothing raised reaches the user's ``import``."""
     from ._machinery.seams import enable_in_hook, import_in_hook
 
+    if _deferred(lambda: _enable_row(row)):
+        return
     integ = import_in_hook(row.name, lambda: table.load_builtin(row))
     if integ is not None:
+        enable_in_hook(integ)
+
+
+def _enable_external(integ: Integration) -> None:
+    """The import hook of a third party's integration (see :func:`_enable_row`)."""
+    from ._machinery.seams import enable_in_hook
+
+    if not _deferred(lambda: _enable_external(integ)):
         enable_in_hook(integ)
 
 
@@ -131,6 +157,8 @@ def _arm_early(row: table.Row) -> None:
     watched, function = row.early
 
     def fire(module: Any) -> None:
+        if _deferred(lambda: fire(module)):
+            return
         if import_in_hook(row.name, lambda: table.load_builtin(row)) is not None:
             getattr(importlib.import_module(row.module), function)(module)
 
@@ -153,13 +181,7 @@ def install() -> list[str]:
     third-party integration that failed to load, before anything is patched); the integrations it
     enabled are disabled again first, so a failed ``install()`` leaves nothing half-installed.
     """
-    from ._machinery.seams import (
-        enable_in_hook,
-        installed_version,
-        outside_releases,
-        report_conflicts,
-        strict_mode,
-    )
+    from ._machinery.seams import installed_version, outside_releases, report_conflicts, strict_mode
 
     raise_recorded()
     strict = strict_mode()
@@ -191,7 +213,7 @@ def install() -> list[str]:
     for integ in others:
         if integ.prepare is not None:
             integ.prepare()  # work that must happen before the library first runs (imports nothing)
-        importwatch.when_imported(integ.trigger, lambda _module, i=integ: enable_in_hook(i))
+        importwatch.when_imported(integ.trigger, lambda _module, i=integ: _enable_external(i))
         names.append(integ.name)
     return names
 

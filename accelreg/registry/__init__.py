@@ -20,6 +20,7 @@ in), :mod:`.snapshot` (selection and queries).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -63,6 +64,7 @@ __all__ = [
     "ProbeTimeout",
     "Probed",
     "Snapshot",
+    "after_build",
     "call_with_timeout",
     "configure",
     "get",
@@ -88,6 +90,8 @@ _snapshot: Snapshot | None = None
 _explicit: dict[str, Any] = {}
 _registered: dict[str, Any] = {}
 _listeners: list[Callable[[], None]] = []
+#: Work handed over by code that ran inside plugin code (see :func:`after_build`).
+_deferred: list[Callable[[], None]] = []
 
 
 def get() -> Snapshot:
@@ -98,8 +102,37 @@ def get() -> Snapshot:
     snap = _snapshot
     if snap is not None:
         check_not_inside_plugin()
+        if _deferred:
+            _run_deferred()
         return snap
     return _build()
+
+
+def after_build(callback: Callable[[], None]) -> None:
+    """Run ``callback`` once accelreg has finished running plugin code: right after the snapshot
+    being built is published, in the thread that built it (or at the next query, for plugin
+    code run by a later probe).
+
+    For code that runs *inside* plugin code without being part of it and needs the registry: an
+    integration whose library a vendor's plugin imports at module level is enabled by that
+    import, while the registry is loading the plugin, where asking the registry is refused.
+    ``callback`` must not raise (what it raises is logged and dropped)."""
+    with _lock:
+        _deferred.append(callback)
+
+
+def _run_deferred() -> None:
+    while True:
+        with _lock:
+            if not _deferred:
+                return
+            callbacks = list(_deferred)
+            _deferred.clear()
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logging.getLogger("accelreg.registry").exception("accelreg: deferred work failed")
 
 
 def _build() -> Snapshot:
@@ -125,10 +158,12 @@ def _build() -> Snapshot:
             with _lock:
                 if _snapshot is None and generation == _generation:
                     _snapshot = snap
-        return snap
     finally:
         if shared:
             _building.release()
+    if _deferred:
+        _run_deferred()
+    return snap
 
 
 def settings() -> Settings:

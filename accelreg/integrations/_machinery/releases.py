@@ -8,6 +8,7 @@ so an installed release outside them is named before anything is patched (the co
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +71,9 @@ class Releases:
         return out
 
 
+@functools.lru_cache(maxsize=256)
 def _specifier(part: str) -> Any:  # packaging is imported on use (a cheap start-up)
+    """The parsed specifier set (the table repeats a few ranges in every adapter: parsed once)."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     try:

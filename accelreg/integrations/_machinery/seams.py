@@ -23,6 +23,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
+import re
 import sys
 import threading
 import warnings
@@ -35,8 +37,9 @@ from typing import Any
 from ... import registry
 from ...deferred import raise_recorded, record
 from ...errors import IntegrationError
+from . import shapecache
 from .releases import Releases
-from .shapes import ABSENT, fingerprint, forget_sources, node_in_source, params_of_node, shape
+from .shapes import ABSENT, forget_sources, node_in_source, params_of_node, shape
 
 __all__ = [
     "PATCH_FREE",
@@ -70,23 +73,63 @@ PATCH_FREE = (
 
 
 def installed_version(distribution: str) -> str | None:
-    """The installed version of ``distribution`` (``None`` when it is not installed).
+    """The installed version of ``distribution`` (``None`` when it is not installed), as
+    ``importlib.metadata.version`` answers it.
 
-    Read from the ``Version:`` line of its metadata's headers: ``importlib.metadata.version``
-    parses the whole file (a long README included) with the email parser, about 2 ms each, and
-    ``install()`` asks once per row of the integrations table in every process of a job.
+    ``install()`` asks once per row of the integrations table in every process of a job, and
+    ``importlib.metadata`` searches every folder of ``sys.path`` again for each name (a missing
+    one costs a full search) and parses the whole metadata file. Instead each folder of the
+    import path is listed once, the first ``<name>-<version>.dist-info`` of the name answers from
+    its folder's name, and anything else (an ``.egg-info``, a folder name without a version)
+    asks ``importlib.metadata``. Answers are remembered for the import path they were found on
+    (a changed ``sys.path`` looks again).
     """
+    index = _distributions()
+    found = index.get(_normalize(distribution), _MISSING)
+    if found is _MISSING and not index.get(_ARCHIVES):
+        return None  # no folder of the path has it, and there is nowhere else to look
+    if found is not _MISSING and found is not None:
+        return found
     try:
-        dist = metadata.distribution(distribution)
+        return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
-    for line in text.splitlines():
-        if line.startswith("Version:"):
-            return line[len("Version:") :].strip()
-        if not line.strip():
-            break  # the headers end at the first empty line
-    return dist.version
+
+
+_MISSING = object()
+_ARCHIVES = "<archives on the path>"  # not a valid distribution name
+#: (sys.path, {normalized name: version from the folder name, or None: ask importlib.metadata})
+_index: tuple[tuple[str, ...], dict[str, Any]] | None = None
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _distributions() -> dict[str, Any]:
+    global _index
+    path = tuple(sys.path)
+    if _index is not None and _index[0] == path:
+        return _index[1]
+    index: dict[str, Any] = {}
+    for folder in path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            if os.path.isfile(folder):
+                index[_ARCHIVES] = True  # a zip on the path: importlib.metadata looks inside
+            continue
+        for entry in names:
+            stem, dot, suffix = entry.rpartition(".")
+            if not dot or suffix not in ("dist-info", "egg-info"):
+                continue
+            name, dash, version = stem.partition("-")
+            key = _normalize(name)
+            if key in index:
+                continue  # the first on the path is the one importlib.metadata reads
+            index[key] = version if suffix == "dist-info" and dash and version else None
+    _index = (path, index)
+    return index
 
 
 class IntegrationWarning(UserWarning):
@@ -151,7 +194,11 @@ class Seam:
         make: ``(original) -> replacement`` of the single implicit adapter (when ``adapters``
             is empty; it serves the integration's whole release range).
         params: Parameter names of the implicit adapter.
-        importers: Modules to import before scanning for holders (late by-name importers).
+        importers: Modules known to import the function by name (``from accelerate.utils import
+            get_max_memory``): a loaded one is patched with every other holder; one not loaded
+            is not imported (it takes the replacement from the patched module it imports from
+            when it is imported, and ``disable()`` finds it by its scan). The tests import them
+            all, to check every copy is patched and restored.
         fingerprint: Raw-source fingerprint of the implicit adapter (private functions).
         why: One line: what the replacement does (docs, ``accelreg env``, the skip warning).
         adapters: The known shapes, tried in order; the first that matches is installed.
@@ -385,8 +432,13 @@ class Integration:
 
     # -- matching -------------------------------------------------------------------------
     def match(self) -> list[Match]:
-        """Import every seam's module and choose its adapter; nothing is patched."""
-        return [_match_live(self, seam) for seam in self.seams]
+        """Import every seam's module and choose its adapter; nothing is patched. The shapes
+        of the library's functions come from the on-disk cache of this release where another
+        process computed them (:mod:`.shapecache`)."""
+        try:
+            return [_match_live(self, seam) for seam in self.seams]
+        finally:
+            shapecache.save()
 
     def survey(self, root: str | None = None) -> list[Match]:
         """Choose each seam's adapter from the library's *source files*, importing nothing
@@ -439,11 +491,12 @@ class Integration:
             strict = strict_mode() if strict is None else strict
             matches = self._matched(strict)
             installed: list[_Installed] = []
+            patched = [m for m in matches if m.adapter is not None and m.adapter.make is not None]
             try:
-                for m in matches:
-                    if m.adapter is None or m.adapter.make is None:
-                        continue
-                    installed.extend(self._install(m))
+                # one pass over the library's modules finds every by-name copy of every seam
+                index = self._copies({id(m.original) for m in patched if not isinstance(m.owner, type)})
+                for m in patched:
+                    installed.extend(self._install(m, index))
                 if self.on_enable is not None:
                     self.on_enable()
             except BaseException:
@@ -465,19 +518,9 @@ class Integration:
                     stacklevel=2,
                 )
 
-    def _install(self, m: Match) -> list[_Installed]:
+    def _install(self, m: Match, copies: Mapping[int, list[tuple[Any, str]]]) -> list[_Installed]:
         seam, owner, original, adapter = m.seam, m.owner, m.original, m.adapter
         assert adapter is not None and adapter.make is not None
-        for name in seam.importers:
-            # Only where the importer's package is already loaded: importing it here would
-            # drag in a whole library the user may never import. One imported later takes the
-            # replacement from the patched holder, and disable() finds it by its scan.
-            if name.partition(".")[0] not in sys.modules:
-                continue
-            try:
-                importlib.import_module(name)
-            except ImportError:
-                pass
         replacement = adapter.make(getattr(original, "__func__", original))
         target = getattr(replacement, "__func__", replacement)
         try:
@@ -490,7 +533,14 @@ class Integration:
             replacement = classmethod(replacement)
         attr = (adapter.target or seam.name).rsplit(".", 1)[-1]
         out = []
-        for holder, holder_attr in self._holders(owner, attr, original):
+        holders = [(owner, attr)]
+        if not isinstance(owner, type):
+            holders += [
+                (module, name)
+                for module, name in copies.get(id(original), ())
+                if module is not owner and vars(module).get(name) is original
+            ]
+        for holder, holder_attr in holders:
             setattr(holder, holder_attr, replacement)
             out.append(_Installed(holder, holder_attr, original, replacement))
         return out
@@ -562,24 +612,30 @@ class Integration:
 
     # -- holders ---------------------------------------------------------------------------
     def _modules(self) -> list[Any]:
+        """The loaded modules of the packages scanned for copies (:attr:`scan_prefixes`)."""
         prefixes = self.scan_prefixes or (self.distribution.replace("-", "_"),)
+        dotted = tuple(p + "." for p in prefixes)
         return [
             m
             for name, m in list(sys.modules.items())
-            if m is not None and any(name == p or name.startswith(p + ".") for p in prefixes)
+            if m is not None and (name in prefixes or name.startswith(dotted))
         ]
 
-    def _holders(self, owner: Any, attr: str, original: Any) -> list[tuple[Any, str]]:
-        if isinstance(owner, type):
-            return [(owner, attr)]
-        holders = [(owner, attr)]
+    def _copies(self, wanted: set[int]) -> dict[int, list[tuple[Any, str]]]:
+        """``id(object) -> [(module, name), ...]``: every module attribute of the scanned
+        packages bound to one of the ``wanted`` objects (the by-name imports of a seam's
+        function, ``from accelerate.utils import get_max_memory``), found in one pass."""
+        found: dict[int, list[tuple[Any, str]]] = {}
+        if not wanted:
+            return found
         for module in self._modules():
-            if module is owner:
-                continue
-            for name, value in list(vars(module).items()):
-                if value is original:
-                    holders.append((module, name))
-        return holders
+            names = vars(module)
+            if wanted.isdisjoint(map(id, list(names.values()))):
+                continue  # the common case, decided without a Python-level loop
+            for name, value in list(names.items()):
+                if id(value) in wanted:
+                    found.setdefault(id(value), []).append((module, name))
+        return found
 
 
 # -- matching one seam --------------------------------------------------------------------
@@ -619,7 +675,7 @@ def _match_live(integ: Integration, seam: Seam) -> Match:
             else:
                 reasons.append(f"{where}.{name} is already patched by accelreg")
                 break
-        problem = _fits(adapter, func, lambda f=func: (shape(f), fingerprint(f)), _params_of(func))
+        problem = _fits(adapter, func, lambda f=func: shapecache.digests(f), _params_of(func))
         if problem is None and adapter.probe is not None:
             try:
                 ok = bool(adapter.probe(func))
