@@ -101,11 +101,17 @@ def main() -> None:
     print()
     print("| what (process CPU time) | median | goal |")
     print("| --- | ---: | ---: |")
-    print(f"| the imports (torch, accelerate, transformers.modeling_utils, peft), stock | {med['stock:imports_ms']:.0f} ms | — |")
+    print(
+        f"| the imports (torch, accelerate, transformers.modeling_utils, peft), stock | {med['stock:imports_ms']:.0f} ms | — |"
+    )
     warm = med["warm:install_ms"]
     verdict = "met" if warm <= GOAL_MS else "NOT met"
-    print(f"| `import accelreg; accelreg.install()` after them, shape cache warm | {warm:.1f} ms | <= {GOAL_MS:.0f} ms ({verdict}) |")
-    print(f"| the same, shape cache empty (the first process of a release) | {med['cold:install_ms']:.1f} ms | — |")
+    print(
+        f"| `import accelreg; accelreg.install()` after them, shape cache warm | {warm:.1f} ms | <= {GOAL_MS:.0f} ms ({verdict}) |"
+    )
+    print(
+        f"| the same, shape cache empty (the first process of a release) | {med['cold:install_ms']:.1f} ms | — |"
+    )
     print()
     print("```json")
     print(json.dumps({"versions": versions, "samples_ms": samples}, indent=1))
