@@ -4,8 +4,9 @@ The host (OS, Python, CPU, RAM), the libraries (numpy, transformers, accelerate,
 configuration files read, every backend (why it is (un)available, its runtime's and driver's
 versions as its plugin reports them), hardware that is here while its runtime or plugin is
 missing (and what to install), each device (name, total and free memory, and the dtypes it
-computes in, as :func:`accelreg.capabilities` answers), what ``resolve()`` picks, the integrations, vLLM's platform (the one it would run on, and every platform plugin
-seen), plugin failures and warnings. ``--json`` prints the data
+computes in, as :func:`accelreg.capabilities` answers), what ``resolve()`` picks, the integrations, vLLM's platform (the one it would run on, what serves each backend,
+and every platform plugin seen; ``--vllm-activate`` activates the plugins to learn their device
+types), plugin failures and warnings. ``--json`` prints the data
 (``accelreg/schemas/env.schema.json``); ``--report`` prints a Markdown block of at most 100
 columns to paste into a bug report.
 """
