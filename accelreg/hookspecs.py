@@ -61,8 +61,9 @@ def accelreg_backends() -> Iterable[BackendSpec]:
     ``True`` computes on your devices (docs/plugins.md, "What your devices compute in").
     For vLLM, declare the platform that serves your backend (``vllm_platform="acme"``: your
     vLLM platform plugin's entry-point name, one of vLLM's own, or a class path); declare none
-    and accelreg's registry platform serves it (docs/plugins.md, "What vLLM gets from your
-    plugin").
+    (or none of your names is installed) and an installed platform plugin whose platform's
+    ``device_type`` is your device type serves it, else accelreg's registry platform
+    (docs/plugins.md, "What vLLM gets from your plugin").
 
     Returns:
         An iterable of ``BackendSpec``.

@@ -183,7 +183,9 @@ class BackendSpec:
             (``"cuda"``, ``"rocm"``, ``"xpu"``, ``"tpu"``, ``"cpu"``), the entry-point name of a
             platform plugin in vLLM's ``vllm.platform_plugins`` group (``"ascend"`` for vllm-ascend,
             ``"hpu"`` for vllm-gaudi), a platform class path (``"vllm_acme.platform.AcmePlatform"``),
-            or ``"registry"``. ``None``: accelreg's registry platform serves it (vLLM on the
+            or ``"registry"``. ``None``, or none of the names installed: the one active platform
+            plugin whose platform's ``device_type`` is this backend's torch device type serves
+            it (two are an error), else (``None``) accelreg's registry platform (vLLM on the
             backend's devices with torch's own operators; docs/integrations.md, "vLLM"). The
             registry keeps it as a tuple of names.
         dtypes: Which dtypes the devices compute in (what that means: :mod:`accelreg.dtypes`),

@@ -4,8 +4,9 @@ The host (OS, Python, CPU, RAM), the libraries (numpy, transformers, accelerate,
 configuration files read, every backend (why it is (un)available, its runtime's and driver's
 versions as its plugin reports them), hardware that is here while its runtime or plugin is
 missing (and what to install), each device (name, total and free memory, and the dtypes it
-computes in, as :func:`accelreg.capabilities` answers), what ``resolve()`` picks, the integrations, vLLM's platform (the one it would run on, and every platform plugin
-seen), plugin failures and warnings. ``--json`` prints the data
+computes in, as :func:`accelreg.capabilities` answers), what ``resolve()`` picks, the integrations, vLLM's platform (the one it would run on, what serves each backend,
+and every platform plugin seen; ``--vllm-activate`` activates the plugins to learn their device
+types), plugin failures and warnings. ``--json`` prints the data
 (``accelreg/schemas/env.schema.json``); ``--report`` prints a Markdown block of at most 100
 columns to paste into a bug report.
 """
@@ -29,6 +30,7 @@ from ..integrations import status as integration_status
 from ..integrations import table as integration_table
 from ..integrations.torch import report as torch_accelerator_report
 from ..integrations.vllm import report as vllm_report
+from ..integrations.vllm.env_report import ACTIVATE_FLAG as VLLM_ACTIVATE
 from ..launch import slurm
 from ..registry.capabilities import capabilities as device_capabilities
 from ..registry.hardware import seen as hardware_seen
@@ -81,6 +83,13 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="a Markdown block (at most 100 columns) to paste into a bug report",
     )
+    p.add_argument(
+        VLLM_ACTIVATE,
+        action="store_true",
+        dest="vllm_activate",
+        help="import vLLM and activate every vLLM platform plugin (runs their code) to show each one's "
+        "device type and which serves each backend; without it nothing of vLLM's is imported",
+    )
     p.set_defaults(func=cmd_env)
 
 
@@ -95,13 +104,15 @@ def _version_of(distribution: str) -> str | None:
         return None
 
 
-def env_report(*, hardware_root: str = "/") -> dict[str, Any]:
+def env_report(*, hardware_root: str = "/", vllm_activate: bool = False) -> dict[str, Any]:
     """Everything ``accelreg env`` shows, as plain data (the ``--json`` output).
 
     ``hardware_root`` is where backends' hardware signatures look for device nodes, driver files
-    and PCI devices (a test passes a fake machine's root)."""
+    and PCI devices (a test passes a fake machine's root). ``vllm_activate`` (``--vllm-activate``):
+    import vLLM and activate its platform plugins to learn their device types."""
 
     snap = registry.get()
+    vllm = vllm_report(activate=vllm_activate)  # first: a plugin's failure is in "failures"
     backends = []
     for b in snap.order:
         info = b.info()
@@ -158,7 +169,7 @@ def env_report(*, hardware_root: str = "/") -> dict[str, Any]:
         "integration_failures": [f.as_dict() for f in integration_table.failures()],
         "slurm": slurm.report(snap.environ),
         "hardware": _hardware(snap, hardware_root),
-        "vllm": vllm_report(),
+        "vllm": vllm,
     }
 
 
@@ -431,14 +442,35 @@ def _vllm_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
     out = [(0, f"vLLM {v['version']} ({v['distribution']}): {v['scope']}")]
     platform = v.get("platform")
     if platform:
-        cls = f" ({platform['class']})" if platform.get("class") else ""
-        out.append((1, f"platform: {platform['platform']}{cls} for backend {platform['backend']}"))
+        out.append((1, f"platform: {_vllm_platform(platform)} for backend {platform['backend']}"))
         out.append((1, f"why: {platform['why']}"))
     if v.get("error"):
         out.append((1, f"error: {v['error']}"))
+    rows = v.get("backends") or ()
+    if rows:
+        out.append((1, "serves each backend:"))
+    for row in rows:
+        what = f"error: {row['error']}" if row.get("error") else _vllm_platform(row)
+        out.append((2, f"{row['backend']} (device type {row['device_type']}): {what}"))
+        if row.get("why"):
+            out.append((3, f"why: {row['why']}"))
     for p in v.get("plugins") or ():
-        out.append((1, f"plugin {p['name']} ({p['source']}, {p['value']}): {p['state']}"))
+        if p.get("device_type"):
+            kind = f"; device type {p['device_type']}"
+        elif p["state"] == "installed":  # read statically: not activated
+            kind = f"; device type not asked ({VLLM_ACTIVATE})"
+        else:
+            kind = ""
+        out.append((1, f"plugin {p['name']} ({p['source']}, {p['value']}): {p['state']}{kind}"))
     return out
+
+
+def _vllm_platform(item: dict[str, Any]) -> str:
+    """A vLLM platform as the report names it: ``name (class)``, or that it is not known."""
+    if item.get("platform") is None:
+        return "not known without activating the platform plugins"
+    cls = f" ({item['class']})" if item.get("class") else ""
+    return f"{item['platform']}{cls}"
 
 
 def _shown_warnings(report: dict[str, Any]) -> list[str]:
@@ -451,7 +483,7 @@ def _shown_warnings(report: dict[str, Any]) -> list[str]:
 # -- the plain-text report ----------------------------------------------------------------
 def cmd_env(args: argparse.Namespace) -> int:
     """Print the report (``--json``: the data, schema-checked by the tests; ``--report``: Markdown)."""
-    report = env_report()
+    report = env_report(vllm_activate=getattr(args, "vllm_activate", False))
     if args.json:
         print(json.dumps(report, indent=2))
         return EXIT_OK

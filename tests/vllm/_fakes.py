@@ -65,6 +65,41 @@ PLUGINS: dict[str, tuple[str, str]] = {
             return "fakeplugin_badclass_gone.GonePlatform"
         """,
     ),
+    # active everywhere, each named under an entry point no backend declares: their platforms'
+    # device types are what ties them to a backend (issue 40)
+    "npu_one": (
+        "fake-npu-one",
+        '\ndef activate():\n    return "fakeplugin_npu_one_platform.NpuOnePlatform"\n',
+    ),
+    "npu_two": (
+        "fake-npu-two",
+        '\ndef activate():\n    return "fakeplugin_npu_two_platform.NpuTwoPlatform"\n',
+    ),
+    "mlu_one": (
+        "fake-mlu-one",
+        '\ndef activate():\n    return "fakeplugin_mlu_one_platform.MluOnePlatform"\n',
+    ),
+    "notype": ("fake-notype", '\ndef activate():\n    return "fakeplugin_notype_platform.NoTypePlatform"\n'),
+}
+
+#: The platform classes of the plugins above, each in a module of its own (imported only when
+#: its device type is asked): module -> source.
+PLATFORMS: dict[str, str] = {
+    f"fakeplugin_{plugin}_platform": textwrap.dedent(
+        f"""
+        from vllm.platforms.interface import Platform, PlatformEnum
+
+        class {cls}(Platform):
+            _enum = PlatformEnum.OOT
+            {declared}
+        """
+    )
+    for plugin, cls, declared in (
+        ("npu_one", "NpuOnePlatform", 'device_name = device_type = "npu"'),
+        ("npu_two", "NpuTwoPlatform", 'device_name = device_type = "npu"'),
+        ("mlu_one", "MluOnePlatform", 'device_name = device_type = "mlu"'),
+        ("notype", "NoTypePlatform", 'device_name = "notype"  # declares no device_type'),
+    )
 }
 #: A plugin whose entry point names a module that does not exist (it fails to load).
 BROKEN = ("broken", "fake-broken", "fakeplugin_never_installed:activate")
@@ -82,6 +117,9 @@ def install(root: Path, *names: str) -> list[Path]:
         else:
             dist, source = PLUGINS[name]
             (folder / f"fakeplugin_{name}.py").write_text(textwrap.dedent(source))
+            module = f"fakeplugin_{name}_platform"
+            if module in PLATFORMS:
+                (folder / f"{module}.py").write_text(PLATFORMS[module])
             value = f"fakeplugin_{name}:activate"
         info = folder / f"{dist.replace('-', '_')}-1.0.dist-info"
         info.mkdir(exist_ok=True)
@@ -91,10 +129,18 @@ def install(root: Path, *names: str) -> list[Path]:
     return folders
 
 
-def backend(name: str, priority: int, vllm_platform: object = None, var: str | None = None) -> BackendSpec:
-    """An available one-device backend that declares ``vllm_platform``."""
+def backend(
+    name: str,
+    priority: int,
+    vllm_platform: object = None,
+    var: str | None = None,
+    device_type: str | None = None,
+) -> BackendSpec:
+    """An available one-device backend that declares ``vllm_platform`` (its torch device type:
+    ``device_type``, else its name)."""
     return BackendSpec(
         name=name,
+        device_type=device_type,
         priority=priority,
         is_available=lambda: Availability.yes("fake"),
         device_count=lambda: 1,

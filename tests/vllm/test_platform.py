@@ -23,6 +23,7 @@ if importlib.util.find_spec("vllm") is None:
 
 import accelreg
 from accelreg import registry
+from accelreg.cli import main
 from accelreg.errors import DeviceError, PluginError
 from accelreg.testing import emu_environ
 
@@ -291,6 +292,254 @@ def test_the_conformance_kit_fails_a_platform_class_that_does_not_import(ar_vllm
     Good().test_declared_vllm_platform_loads()
     with pytest.raises(AssertionError, match=r"'fakeplugin_badclass_gone\.GonePlatform' does not import"):
         Bad().test_declared_vllm_platform_loads()
+
+
+# -- a platform plugin tied to a backend by its device type (issue 40) ------------------------
+def test_platform_plugins_for_different_device_types_each_serve_their_backend(
+    ar_vllm, plugins, platforms, monkeypatch
+):
+    """Two active plugins under entry-point names no backend declares (stock vLLM: "Only one
+    platform plugin can be activated"): each serves the backend whose torch device type its
+    platform's ``device_type`` is, ahead of the registry platform."""
+    plugins("npu_one", "mlu_one", "notype", "alpha")
+    _fakes.register(
+        _fakes.backend("acme", 95, device_type="npu"), _fakes.backend("other", 90, device_type="mlu")
+    )
+    assert _resolve(platforms) == "fakeplugin_npu_one_platform.NpuOnePlatform"
+    made = ar_vllm.choice()
+    assert (made.backend, made.platform) == ("acme", "npu_one")
+    assert made.why == (
+        "acme is the first available backend by default plugin priorities; backend 'acme' (plugin 'acme' of "
+        "<registered>) declares no vLLM platform of its own: the platform plugin 'npu_one' (fake-npu-one 1.0) "
+        "serves it, the one active vLLM platform plugin whose device type is 'npu'"
+    )
+    kinds = {p.name: (p.device_type, p.state) for p in made.plugins}
+    assert kinds["npu_one"] == ("npu", "active: fakeplugin_npu_one_platform.NpuOnePlatform")
+    assert kinds["mlu_one"] == ("mlu", "active: fakeplugin_mlu_one_platform.MluOnePlatform")
+    assert kinds["alpha"] == ("cpu", "active: fakeplugin_alpha.AlphaPlatform")
+    assert kinds["notype"] == (None, "active: fakeplugin_notype_platform.NoTypePlatform")
+    # the other backend first: the other plugin
+    ar_vllm.disable()
+    monkeypatch.setenv("ACCELREG_PRIORITY", "other,acme")
+    accelreg.reset()
+    _fakes.register(
+        _fakes.backend("acme", 95, device_type="npu"), _fakes.backend("other", 90, device_type="mlu")
+    )
+    ar_vllm.enable()
+    assert _resolve(platforms) == "fakeplugin_mlu_one_platform.MluOnePlatform"
+    assert ar_vllm.choice().platform == "mlu_one"
+
+
+def test_a_declared_name_not_installed_gives_way_to_a_plugin_of_the_device_type(ar_vllm, plugins, platforms):
+    plugins("npu_one")
+    _fakes.register(_fakes.backend("acme", 95, ("ascend", "ascend_fork"), device_type="npu"))
+    assert _resolve(platforms) == "fakeplugin_npu_one_platform.NpuOnePlatform"
+    assert (
+        "declares the vLLM platform(s) ascend, ascend_fork, none of them installed here: the platform plugin "
+        "'npu_one' (fake-npu-one 1.0) serves it" in ar_vllm.choice().why
+    )
+
+
+def test_a_declared_name_that_is_installed_is_used_and_no_device_type_is_asked(ar_vllm, plugins, platforms):
+    """Learning a device type imports the plugin's platform class: done only when the
+    backend's declared names are not installed."""
+    plugins("alpha", "npu_one")
+    _fakes.register(_fakes.backend("acme", 95, "alpha", device_type="npu"))
+    assert _resolve(platforms) == "fakeplugin_alpha.AlphaPlatform"
+    assert "fakeplugin_npu_one_platform" not in sys.modules
+    assert all(p.device_type is None for p in ar_vllm.choice().plugins)
+
+
+def test_two_platform_plugins_for_one_device_type_are_an_error_naming_both(
+    ar_vllm, plugins, platforms, monkeypatch
+):
+    plugins("npu_one", "npu_two", "mlu_one")
+    _fakes.register(_fakes.backend("acme", 95, device_type="npu"))
+    with pytest.raises(DeviceError) as info:
+        _resolve(platforms)
+    assert str(info.value) == (
+        "the registry chose acme: backend 'acme' (plugin 'acme' of <registered>) declares no vLLM platform of its "
+        "own, and 2 active vLLM platform plugins have its device type 'npu': 'npu_one' (fake-npu-one 1.0: "
+        "fakeplugin_npu_one_platform.NpuOnePlatform) and 'npu_two' (fake-npu-two 1.0: "
+        "fakeplugin_npu_two_platform.NpuTwoPlatform). accelreg does not pick between them: name the one to use "
+        "with ACCELREG_VLLM_PLATFORM=<name>, or leave the others out with VLLM_PLUGINS"
+    )
+    # either way out that the message names
+    for env, want in (
+        ({"ACCELREG_VLLM_PLATFORM": "npu_two"}, "fakeplugin_npu_two_platform.NpuTwoPlatform"),
+        ({"VLLM_PLUGINS": "npu_one,mlu_one"}, "fakeplugin_npu_one_platform.NpuOnePlatform"),
+    ):
+        ar_vllm.disable()
+        with monkeypatch.context() as m:
+            for k, v in env.items():
+                m.setenv(k, v)
+            accelreg.reset()
+            _fakes.register(_fakes.backend("acme", 95, device_type="npu"))
+            ar_vllm.enable()
+            assert _resolve(platforms) == want
+
+
+def test_a_plugin_whose_platform_declares_no_device_type_serves_nothing(ar_vllm, plugins, platforms):
+    plugins("notype")
+    _fakes.register(_fakes.backend("acme", 95, device_type="notype"))
+    assert _resolve(platforms) == "accelreg.integrations.vllm.platform.platform"
+    made = ar_vllm.choice()
+    assert made.platform == "registry"
+    assert made.why.endswith(
+        "declares no vLLM platform of its own: accelreg's registry platform serves it (no active vLLM platform "
+        "plugin has device type 'notype' (notype: declares no device type))"
+    )
+
+
+def test_the_registry_platform_is_the_last_resort(ar_vllm, plugins, platforms):
+    """No plugin of the backend's device type (others active, one inactive, one failing to
+    load): the registry platform, each plugin named in why."""
+    plugins("mlu_one", "sleepy", "alpha", "broken")
+    _fakes.register(_fakes.backend("acme", 95, device_type="npu"))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert _resolve(platforms) == "accelreg.integrations.vllm.platform.platform"
+    assert ar_vllm.choice().why.endswith(
+        "accelreg's registry platform serves it (no active vLLM platform plugin has device type 'npu' "
+        "(alpha: cpu, broken: failed to load, mlu_one: mlu, sleepy: inactive))"
+    )
+
+
+def test_a_declared_name_not_installed_and_no_plugin_of_the_device_type_is_still_an_error(
+    ar_vllm, plugins, platforms
+):
+    plugins("mlu_one")
+    _fakes.register(_fakes.backend("acme", 95, "ascend", device_type="npu"), name="acme-plugin")
+    with pytest.raises(DeviceError) as info:
+        _resolve(platforms)
+    message = str(info.value)
+    assert "declares the vLLM platform 'ascend', which is neither one of vLLM's own" in message
+    assert (
+        "(entry points vllm.platform_plugins: mlu_one (fake-mlu-one 1.0)), and no active vLLM platform "
+        in message
+    )
+    assert "plugin has device type 'npu' (mlu_one: mlu); install the plugin, or set" in message
+
+
+def test_a_platform_class_that_does_not_import_while_asking_device_types_is_recorded(
+    ar_vllm, plugins, platforms
+):
+    """It may be the platform of this very device: a recorded failure and a warning, and the
+    registry platform still serves the backend on its own device."""
+    plugins("badclass")
+    _fakes.register(_fakes.backend("acme", 95, device_type="npu"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _resolve(platforms) == "accelreg.integrations.vllm.platform.platform"
+    f = next(f for f in registry.get().failures if f.plugin == "badclass")
+    assert (f.distribution, f.stage) == ("fake-badclass", "vLLM platform plugin activation")
+    assert "fakeplugin_badclass_gone" in f.error
+    assert any(
+        "vLLM platform plugin 'badclass' failed: its platform class 'fakeplugin_badclass_gone.GonePlatform' does "
+        "not import" in str(w.message)
+        for w in caught
+    )
+
+
+def test_env_without_activation_imports_no_plugin_and_says_what_is_unknown(plugins, capsys):
+    """``accelreg env`` reads the entry points only: a backend a plugin could serve by device
+    type is "not known", and the report says how to learn it."""
+    plugins("npu_one", "mlu_one")
+    _fakes.register(_fakes.backend("acme", 95, device_type="npu"))
+    before = set(sys.modules)
+    assert main(["env", "--json"]) == 0
+    section = json.loads(capsys.readouterr().out)["vllm"]
+    assert not {m for m in set(sys.modules) - before if m.startswith("fakeplugin")}
+    assert section["activated"] is False
+    assert {p["name"]: (p["state"], p["device_type"]) for p in section["plugins"]}["npu_one"] == (
+        "installed",
+        None,
+    )
+    assert section["platform"]["platform"] is None
+    assert section["platform"]["why"].endswith(
+        "declares no vLLM platform of its own: the one active platform plugin whose device type is 'npu' serves "
+        "it, else accelreg's registry platform; the device types of mlu_one, npu_one are known only once each is "
+        "activated, which runs its code (accelreg env --vllm-activate)"
+    )
+    assert main(["env"]) == 0
+    text = capsys.readouterr().out
+    assert "  platform: not known without activating the platform plugins for backend acme" in text
+    assert (
+        "  plugin npu_one (fake-npu-one 1.0, fakeplugin_npu_one:activate): installed; device type not asked "
+        in text
+    )
+
+
+def test_env_vllm_activate_lists_device_types_and_what_serves_each_backend(plugins, capsys):
+    from tests.test_schemas import check
+
+    plugins("npu_one", "npu_two", "mlu_one", "notype")
+    _fakes.register(
+        _fakes.backend("acme", 95, device_type="npu"),
+        _fakes.backend("other", 90, device_type="mlu"),
+        _fakes.backend("third", 85, "alpha_gone", device_type="sdaa"),
+    )
+    assert main(["env", "--vllm-activate", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    check("env", data)
+    section = data["vllm"]
+    assert section["activated"] is True and section["scope"].endswith("--vllm-activate)")
+    kinds = {p["name"]: p["device_type"] for p in section["plugins"]}
+    assert {k: kinds[k] for k in ("npu_one", "npu_two", "mlu_one", "notype")} == {
+        "npu_one": "npu",
+        "npu_two": "npu",
+        "mlu_one": "mlu",
+        "notype": None,
+    }
+    rows = {r["backend"]: r for r in section["backends"]}
+    assert rows["other"]["platform"] == "mlu_one" and rows["other"]["error"] is None
+    assert rows["other"]["class"] == "fakeplugin_mlu_one_platform.MluOnePlatform"
+    assert rows["acme"]["platform"] is None and "'npu_one' (fake-npu-one 1.0" in rows["acme"]["error"]
+    assert "'npu_two' (fake-npu-two 1.0" in rows["acme"]["error"]
+    assert rows["third"]["error"].startswith(
+        "backend 'third' (plugin 'acme' of <registered>) declares the vLLM"
+    )
+    assert rows["cpu"]["platform"] == "cpu"
+    assert section["platform"] is None and "accelreg does not pick between them" in section["error"]
+    assert main(["env", "--vllm-activate"]) == 0
+    text = capsys.readouterr().out
+    assert "    other (device type mlu): mlu_one (fakeplugin_mlu_one_platform.MluOnePlatform)" in text
+    assert "  plugin mlu_one (fake-mlu-one 1.0, fakeplugin_mlu_one:activate): active: " in text
+    assert "MluOnePlatform; device type mlu" in text
+
+
+#: What ``current_platform`` is in a process under ``accelreg run``.
+_PLATFORM_CODE = (
+    "import json\n"
+    "from vllm.platforms import current_platform as p\n"
+    "print(json.dumps([type(p).__name__, p.device_type]))\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "installed", "want"),
+    [
+        ("npu", ("npu_one", "mlu_one", "notype", "alpha"), ["NpuOnePlatform", "npu"]),
+        ("mlu", ("npu_one", "mlu_one", "notype", "alpha"), ["MluOnePlatform", "mlu"]),
+        ("mlu", ("npu_one", "notype"), ["RegistryMluPlatform", "mlu"]),  # the last resort
+    ],
+)
+def test_accelreg_run_on_the_emulator_takes_the_plugin_of_its_device_type(
+    tmp_path, emu_built, name, installed, want
+):
+    """``accelreg run`` on the emulated npu or mlu (their backends declare no vLLM platform)
+    with platform plugins installed under names no backend declares: vLLM runs on the one
+    whose device type is the emulated device's, else on the registry platform."""
+    folders = _fakes.install(tmp_path / "plugins", *installed)
+    path = os.pathsep.join([*map(str, folders), os.environ.get("PYTHONPATH", "")])
+    env = emu_environ(name, 1, PYTHONPATH=path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "accelreg", "run", "--", sys.executable, "-c", _PLATFORM_CODE],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == want
 
 
 @pytest.mark.slow

@@ -75,8 +75,10 @@ def test_env_has_a_vllm_section_without_importing_vllm(capsys):
             "version": None,
             "distribution": None,
             "scope": "not installed",
+            "activated": False,
             "platform": None,
             "error": None,
+            "backends": [],
             "plugins": [],
         }
         assert main(["env"]) == 0 and "vLLM " not in capsys.readouterr().out
@@ -87,9 +89,18 @@ def test_env_has_a_vllm_section_without_importing_vllm(capsys):
         "platform": "registry",
         "class": "accelreg.integrations.vllm.platform.platform",
         "why": "acme is the first available backend by default plugin priorities; backend 'acme' (plugin 'acme' "
-        "of <registered>) declares no vLLM platform of its own: accelreg's registry platform serves it",
+        "of <registered>) declares no vLLM platform of its own: accelreg's registry platform serves it (no vLLM "
+        "platform plugin is installed)",
     }
     assert {p["name"]: p["state"] for p in section["plugins"]}["cpu"] == "vLLM's own"
+    assert section["activated"] is False
+    rows = {r["backend"]: r for r in section["backends"]}
+    assert (rows["acme"]["platform"], rows["acme"]["device_type"], rows["acme"]["error"]) == (
+        "registry",
+        "acme",
+        None,
+    )
+    assert rows["acme"]["why"] == section["platform"]["why"].split("; ", 1)[1]  # the same, without why acme
     assert main(["env"]) == 0
     text = capsys.readouterr().out
     assert f"vLLM {section['version']} ({section['distribution']}): what the registry would choose" in text

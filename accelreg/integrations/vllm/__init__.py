@@ -15,9 +15,11 @@ registry's priority, ``ACCELREG_PRIORITY``, masks; under a launcher a present bu
 backend is a :class:`~accelreg.errors.DeviceError`, as for ``resolve()``) and the vLLM platform
 that backend declares (:attr:`BackendSpec.vllm_platform <accelreg.types.BackendSpec.vllm_platform>`:
 one of vLLM's own, a platform plugin's entry-point name, or a class path). A backend that
-declares none is served by accelreg's registry platform (:mod:`.platform`). So with
-several platform plugins installed, the registry's priority decides which one runs, and the
-others are never activated twice.
+declares none, or none of whose declared names is installed here, is served by the one active
+platform plugin whose platform's ``device_type`` is the backend's torch device type (two such
+plugins are an error naming both), else, for a backend that declares none, by accelreg's
+registry platform (:mod:`.platform`). So with several platform plugins installed, the registry's
+priority decides which one runs, and the others are never activated twice.
 
 Every process of an engine chooses this way: under ``accelreg run`` each one installs accelreg
 at start-up (:mod:`accelreg.launch.startup`); after :func:`accelreg.install` in a script, enabling
@@ -34,7 +36,8 @@ plugin that declared it. ``ACCELREG_VLLM_PLATFORM`` (a platform name, a class pa
 ``registry``) overrides the backend's declaration; ``VLLM_TARGET_DEVICE=cpu`` keeps vLLM's own
 meaning (its CPU platform, explicitly).
 
-The folder: :mod:`.selection` (which platform serves the backend, and the report),
+The folder: :mod:`.selection` (which platform serves the backend), :mod:`.env_report`
+(``accelreg env``'s section),
 :mod:`.integration` (the row's ``INTEGRATION``), and what vLLM loads by class path in its own
 processes: :mod:`.platform` (the registry platform), :mod:`.worker` and :mod:`.attention`
 (imported only by vLLM, after it chose the registry platform).
@@ -42,6 +45,7 @@ processes: :mod:`.platform` (the registry platform), :mod:`.worker` and :mod:`.a
 
 from __future__ import annotations
 
+from .env_report import report
 from .integration import INTEGRATION, disable, enable, enabled
 from .selection import (
     ENV_PLATFORM,
@@ -53,7 +57,6 @@ from .selection import (
     choice,
     choose,
     chosen_backend,
-    report,
 )
 
 __all__ = [

@@ -1,17 +1,17 @@
 """Which vLLM platform serves the registry's backend: its declared platform (one of vLLM's own, a
-platform plugin's entry-point name, or a class path), ``ACCELREG_VLLM_PLATFORM``, or accelreg's
-registry platform; failures recorded, never a silent fall back to the CPU platform; and the
-report ``accelreg env`` shows.
+platform plugin's entry-point name, or a class path), ``ACCELREG_VLLM_PLATFORM``, else (none of
+the declared names installed) the one active platform plugin whose platform's ``device_type`` is
+the backend's torch device type, else accelreg's registry platform; failures recorded, never a
+silent fall back to the CPU platform. ``accelreg env``'s section is :mod:`.env_report`.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import Any
 
@@ -68,16 +68,27 @@ class PlatformPlugin:
         value: The entry point (``module:function``), or the built-in probe's name.
         state: What happened: ``active: <class path>``, ``inactive``, ``not asked``,
             ``left out by VLLM_PLUGINS``, ``failed to load: ...``, ``failed: ...``.
+        device_type: The ``device_type`` of an active plugin's platform class, once it was
+            learned (the class imported: only when a backend's declared platforms are not
+            installed, or ``accelreg env --vllm-activate``); ``None`` until then, and for a
+            platform that declares none.
     """
 
     name: str
     source: str
     value: str
     state: str
+    device_type: str | None = None
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, str | None]:
         """Plain data for ``accelreg env --json``."""
-        return {"name": self.name, "source": self.source, "value": self.value, "state": self.state}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "value": self.value,
+            "state": self.state,
+            "device_type": self.device_type,
+        }
 
 
 @dataclass(frozen=True)
@@ -138,30 +149,6 @@ def _source(ep: Any) -> str:
     return f"{dist.metadata['Name']} {dist.version}".strip()
 
 
-def _builtin_names_static() -> tuple[str, ...]:
-    """The names of vLLM's built-in platform probes, read from ``vllm/platforms/__init__.py``
-    without importing it (``builtin_platform_plugins``); empty when it cannot be read."""
-    try:
-        spec = importlib.util.find_spec("vllm")  # a top-level name: located, not imported
-    except (ImportError, ValueError):
-        return ()
-    bases = (spec.submodule_search_locations or ()) if spec is not None else ()
-    path = next((p for b in bases if os.path.isfile(p := os.path.join(b, "platforms", "__init__.py"))), None)
-    if path is None:
-        return ()
-    try:
-        with open(path, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError):
-        return ()
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if any(isinstance(t, ast.Name) and t.id == "builtin_platform_plugins" for t in targets):
-            if isinstance(node.value, ast.Dict):
-                return tuple(k.value for k in node.value.keys if isinstance(k, ast.Constant))
-    return ()
-
-
 def _declared(b: Any) -> tuple[tuple[str, ...], str]:
     """The vLLM platforms that serve backend ``b``, in order, and who said so."""
     override = os.environ.get(ENV_PLATFORM, "").strip()
@@ -192,6 +179,71 @@ def _fail(snap: Any, name: str, source: str, stage: str, exc: BaseException) -> 
     return describe(exc)
 
 
+def _overridden() -> bool:
+    """Whether :data:`ENV_PLATFORM` names the platform (the user's explicit choice: never
+    replaced by a platform plugin chosen by device type)."""
+    return bool(os.environ.get(ENV_PLATFORM, "").strip())
+
+
+def _module_found(qualname: str) -> bool:
+    """Whether a class path's top-level package is installed (located, not imported)."""
+    try:
+        return importlib.util.find_spec(qualname.partition(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _installed(name: str, known: Mapping[str, PlatformPlugin]) -> bool:
+    """Whether a declared platform ``name`` is installed here: the registry platform, a class
+    path whose package is installed, one of vLLM's own, or a ``vllm.platform_plugins`` entry
+    point (``known``: every platform seen, by name; one left out by ``VLLM_PLUGINS`` counts)."""
+    if name == REGISTRY:
+        return True
+    if "." in name:
+        return _module_found(name)
+    return name in known
+
+
+def _join(reason: str | None, text: str) -> str:
+    """``reason; text`` (the reason why this backend, when there is one)."""
+    return f"{reason}; {text}" if reason else text
+
+
+@dataclass
+class _Asked:
+    """What asking vLLM's platforms found in this process.
+
+    Attributes:
+        snap: The registry snapshot failures are recorded in.
+        builtins: vLLM's built-in probes, by name (asked only when a backend declares one).
+        answers: Each out-of-tree plugin that loaded and answered: its class path, or ``None``.
+        probed: Each built-in probe asked: its class path, or ``None``.
+        failed: Each platform that failed to load, to answer, or (device types learned) to
+            import its platform class: the failure in words.
+        seen: Every platform, as :class:`PlatformPlugin`, in the order vLLM sees them.
+        types: The device types learned (:func:`_device_types`), or ``None`` before.
+    """
+
+    snap: Any
+    builtins: Mapping[str, Callable[[], str | None]]
+    answers: dict[str, str | None]
+    failed: dict[str, str]
+    seen: dict[str, PlatformPlugin]
+    probed: dict[str, str | None] = field(default_factory=dict)
+    types: dict[str, str] | None = None
+
+
+def _ask(snap: Any) -> _Asked:
+    """Load and ask every out-of-tree platform plugin, as vLLM does (vLLM's own probes are
+    asked later, only when declared). Needs vLLM importable."""
+    import vllm.platforms as platforms
+
+    builtins: Mapping[str, Callable[[], str | None]] = dict(platforms.builtin_platform_plugins)
+    seen = {name: PlatformPlugin(name, "vLLM", name, "not asked") for name in builtins}
+    answers, failed = _plugins(snap, seen)
+    return _Asked(snap, builtins, answers, failed, seen)
+
+
 # -- the choice -----------------------------------------------------------------------------
 def choose() -> Choice:
     """Choose vLLM's platform for this process from the registry (once; later calls return
@@ -218,31 +270,118 @@ def chosen_backend() -> str:
 
 
 def _choose() -> Choice:
-    import vllm.platforms as platforms
-
     snap = registry.get()
-    seen: dict[str, PlatformPlugin] = {}
-    builtins: Mapping[str, Callable[[], str | None]] = dict(platforms.builtin_platform_plugins)
-    for name in builtins:
-        seen[name] = PlatformPlugin(name, "vLLM", name, "not asked")
-    plugins, failed = _plugins(snap, seen)
-    if os.environ.get("VLLM_TARGET_DEVICE", "").strip().lower() == "cpu" and "cpu" in builtins:
-        made = _detect(snap, "cpu", builtins["cpu"], "vLLM", seen)
-        if made is None:
-            raise DeviceError("VLLM_TARGET_DEVICE=cpu, but vLLM's own cpu platform says it is not available")
-        why = "VLLM_TARGET_DEVICE=cpu asks for vLLM's own CPU platform (an explicit choice accelreg keeps)"
-        return Choice("cpu", "cpu", made, why, tuple(seen.values()))
-    b = current_in_use(snap)
-    names, who = _declared(b)
-    reason = _reason(snap, b)
-    if not names or names == (REGISTRY,):
-        what = "declares no vLLM platform of its own: accelreg's registry platform serves it"
-        why = f"{reason}; {who} {what if not names else _NAMES_REGISTRY}"
-        made = Choice(b.name, REGISTRY, _REGISTRY_FACTORY, why)
+    asked = _ask(snap)
+    target_cpu = _target_cpu(asked)
+    if target_cpu is not None:
+        made = target_cpu
     else:
-        made = _declared_choice(snap, b, names, who, reason, builtins, plugins, failed, seen)
-    _check_others(snap, made, failed)
-    return Choice(made.backend, made.platform, made.qualname, made.why, tuple(seen.values()))
+        b = current_in_use(snap)
+        made = serve(asked, b, _reason(snap, b))
+        _check_others(snap, made, asked.failed)
+    return Choice(made.backend, made.platform, made.qualname, made.why, tuple(asked.seen.values()))
+
+
+def _target_cpu(asked: _Asked) -> Choice | None:
+    """vLLM's own CPU platform when ``VLLM_TARGET_DEVICE=cpu`` asks for it (else ``None``)."""
+    if os.environ.get("VLLM_TARGET_DEVICE", "").strip().lower() != "cpu" or "cpu" not in asked.builtins:
+        return None
+    try:
+        made = _probe(asked, "cpu")
+    except _Failed as exc:
+        raise DeviceError(f"VLLM_TARGET_DEVICE=cpu, but vLLM's own cpu platform {exc}") from None
+    if made is None:
+        raise DeviceError("VLLM_TARGET_DEVICE=cpu, but vLLM's own cpu platform says it is not available")
+    why = "VLLM_TARGET_DEVICE=cpu asks for vLLM's own CPU platform (an explicit choice accelreg keeps)"
+    return Choice("cpu", "cpu", made, why)
+
+
+def serve(asked: _Asked, b: Any, reason: str | None) -> Choice:
+    """The vLLM platform that serves backend ``b`` (``reason``: why ``b`` is the one vLLM
+    serves, or ``None`` for a report of every backend). Raises :class:`DeviceError`.
+
+    In order: ``ACCELREG_VLLM_PLATFORM``, else the backend's declared platforms when any of them
+    is installed; else (it declares none, or none of them is installed) the one active platform
+    plugin whose platform's ``device_type`` is the backend's torch device type; else accelreg's
+    registry platform for a backend that declares none, and an error naming what is missing for
+    one that declares some."""
+    names, who = _declared(b)
+    if names == (REGISTRY,):
+        return Choice(b.name, REGISTRY, _REGISTRY_FACTORY, _join(reason, f"{who} {_NAMES_REGISTRY}"))
+    if names and (_overridden() or any(_installed(n, asked.seen) for n in names)):
+        return _declared_choice(asked, b, names, who, reason)
+    kind = b.spec.torch_type
+    what = (
+        f"declares the vLLM platform(s) {', '.join(names)}, none of them installed here"
+        if names
+        else "declares no vLLM platform of its own"
+    )
+    types = _device_types(asked)
+    matches = sorted(n for n, t in types.items() if t == kind)  # named in the same order everywhere
+    if len(matches) > 1:
+        listed = " and ".join(f"{n!r} ({asked.seen[n].source}: {asked.answers[n]})" for n in matches)
+        raise DeviceError(
+            f"the registry chose {b.name}: {who} {what}, and {len(matches)} active vLLM "
+            f"platform plugins have its device type {kind!r}: {listed}. accelreg does not pick between them: "
+            f"name the one to use with {ENV_PLATFORM}=<name>, or leave the others out with VLLM_PLUGINS"
+        )
+    if matches:
+        name = matches[0]
+        p = asked.seen[name]
+        why = (
+            f"{who} {what}: the platform plugin {name!r} ({p.source}) serves it, the one active vLLM platform "
+            f"plugin whose device type is {kind!r}"
+        )
+        return Choice(b.name, name, asked.answers[name] or "", _join(reason, why))
+    unmatched = _unmatched(asked, kind)
+    if names:
+        return _declared_choice(asked, b, names, who, reason, unmatched=unmatched)
+    why = f"{who} {what}: accelreg's registry platform serves it ({unmatched})"
+    return Choice(b.name, REGISTRY, _REGISTRY_FACTORY, _join(reason, why))
+
+
+def _unmatched(asked: _Asked, kind: str) -> str:
+    """Why no platform plugin serves device type ``kind``, in words."""
+    plugins = sorted((p for p in asked.seen.values() if p.source != "vLLM"), key=lambda p: p.name)
+    if not plugins:
+        return "no vLLM platform plugin is installed"
+    each = []
+    for p in plugins:
+        if p.device_type is not None:
+            each.append(f"{p.name}: {p.device_type}")
+        elif p.state.startswith("active: "):
+            each.append(f"{p.name}: declares no device type")
+        else:
+            each.append(f"{p.name}: {p.state.partition(':')[0]}")
+    return f"no active vLLM platform plugin has device type {kind!r} ({', '.join(each)})"
+
+
+def _device_types(asked: _Asked) -> dict[str, str]:
+    """The device type of every active out-of-tree plugin's platform, by plugin name: learning
+    it imports the class each one answered (once per process). A class that does not import is
+    recorded as that plugin's failure (it may be the platform of this very device)."""
+    if asked.types is not None:
+        return asked.types
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+
+    types: dict[str, str] = {}
+    for name, answer in asked.answers.items():
+        if answer is None or name in asked.failed:
+            continue
+        p = asked.seen[name]
+        try:
+            cls = resolve_obj_by_qualname(answer)
+        except Exception as exc:  # noqa: BLE001 - recorded as the plugin's failure, not raised here
+            what = _fail(asked.snap, name, p.source, "vLLM platform plugin activation", exc)
+            asked.failed[name] = text = f"failed: its platform class {answer!r} does not import ({what})"
+            asked.seen[name] = replace(p, state=text)
+            continue
+        kind = getattr(cls, "device_type", None)
+        if isinstance(kind, str) and kind:
+            types[name] = kind
+            asked.seen[name] = replace(p, device_type=kind)
+    asked.types = types
+    return types
 
 
 def _plugins(snap: Any, seen: dict[str, PlatformPlugin]) -> tuple[dict[str, str | None], dict[str, str]]:
@@ -300,50 +439,64 @@ def _detect(
     return answer
 
 
+def _probe(asked: _Asked, name: str) -> str | None:
+    """Ask vLLM's own probe ``name`` (once per :class:`_Asked`); raises :class:`_Failed`."""
+    if name in asked.failed:
+        raise _Failed(asked.failed[name])
+    if name not in asked.probed:
+        try:
+            asked.probed[name] = _detect(asked.snap, name, asked.builtins[name], "vLLM", asked.seen)
+        except _Failed as exc:
+            asked.failed[name] = str(exc)
+            raise
+    return asked.probed[name]
+
+
 def _declared_choice(
-    snap: Any,
+    asked: _Asked,
     b: Any,
     names: tuple[str, ...],
     who: str,
-    reason: str,
-    builtins: Mapping[str, Callable[[], str | None]],
-    plugins: dict[str, str | None],
-    failed: dict[str, str],
-    seen: dict[str, PlatformPlugin],
+    reason: str | None,
+    unmatched: str = "",
 ) -> Choice:
+    """The first active of the platforms ``names`` (declared, or ``ACCELREG_VLLM_PLATFORM``);
+    ``unmatched``: why no platform plugin serves the backend's device type, when that was asked."""
+    seen = asked.seen
     inactive: list[str] = []
     for name in names:
         if name == REGISTRY:
-            return Choice(b.name, REGISTRY, _REGISTRY_FACTORY, f"{reason}; {who} {_NAMES_REGISTRY}")
+            return Choice(b.name, REGISTRY, _REGISTRY_FACTORY, _join(reason, f"{who} {_NAMES_REGISTRY}"))
         if "." in name:  # a class path
             _importable(name, name, who)
-            return Choice(b.name, name, name, f"{reason}; {who} declares the vLLM platform class {name}")
-        if name in failed:
+            return Choice(b.name, name, name, _join(reason, f"{who} declares the vLLM platform class {name}"))
+        if name in asked.builtins and asked.seen[name].source == "vLLM":
+            source = "vLLM"
+            try:
+                answer = _probe(asked, name)
+            except _Failed as exc:
+                raise DeviceError(
+                    f"the registry chose {b.name}, whose vLLM platform {name!r} (vLLM's own) {exc}"
+                ) from None
+        elif name in asked.failed:
             raise DeviceError(
-                f"the registry chose {b.name}, whose vLLM platform {name!r} ({seen[name].source}) {failed[name]}; "
-                f"declared by {who}"
+                f"the registry chose {b.name}, whose vLLM platform {name!r} ({seen[name].source}) "
+                f"{asked.failed[name]}; declared by {who}"
             )
-        if name in plugins:
-            answer, source = plugins[name], seen[name].source
+        elif name in asked.answers:
+            answer, source = asked.answers[name], seen[name].source
         elif name in seen and seen[name].state == "left out by VLLM_PLUGINS":
             raise DeviceError(
                 f"the registry chose {b.name}, whose vLLM platform {name!r} ({seen[name].source}) is left out by "
                 f"VLLM_PLUGINS={os.environ.get('VLLM_PLUGINS')!r}; add it there, or unset VLLM_PLUGINS"
             )
-        elif name in builtins:
-            source = "vLLM"
-            try:
-                answer = _detect(snap, name, builtins[name], source, seen)
-            except _Failed as exc:
-                raise DeviceError(
-                    f"the registry chose {b.name}, whose vLLM platform {name!r} (vLLM's own) {exc}"
-                ) from None
         else:
             installed = [f"{n} ({p.source})" for n, p in seen.items() if p.source != "vLLM"]
+            also = f", and {unmatched}" if unmatched else ""
             raise DeviceError(
                 f"{who} declares the vLLM platform {name!r}, which is neither one of vLLM's own "
-                f"({', '.join(builtins)}) nor an installed platform plugin (entry points {GROUP}: "
-                f"{', '.join(installed) or 'none'}); install the plugin, or set {ENV_PLATFORM}={REGISTRY} "
+                f"({', '.join(asked.builtins)}) nor an installed platform plugin (entry points {GROUP}: "
+                f"{', '.join(installed) or 'none'}){also}; install the plugin, or set {ENV_PLATFORM}={REGISTRY} "
                 "to serve it with accelreg's registry platform"
             )
         if answer is None:
@@ -351,7 +504,8 @@ def _declared_choice(
             continue
         _importable(answer, f"the vLLM platform {name!r} ({source})", who)
         where = "vLLM's own" if source == "vLLM" else f"plugin {name!r} of {source}"
-        return Choice(b.name, name, answer, f"{reason}; {who} declares the vLLM platform {name!r} ({where})")
+        why = f"{who} declares the vLLM platform {name!r} ({where})"
+        return Choice(b.name, name, answer, _join(reason, why))
     raise DeviceError(
         f"the registry chose {b.name}, but none of its vLLM platforms is active here: {'; '.join(inactive)} "
         f"(declared by {who})"
@@ -416,24 +570,20 @@ def _apply_device_control(made: Choice) -> None:
         )
 
 
-# -- what a report and the conformance kit read ---------------------------------------------
+# -- what the conformance kit reads ---------------------------------------------------------
 def check_declared(backend: str) -> tuple[list[str], list[str]]:
     """``(problems, missing)`` with the vLLM platform ``backend`` declares, against the vLLM
     installed here: what the conformance kit checks. A problem: a plugin that fails to load or
     to answer, a platform class that does not import, or (the backend being available) none of
     the declared platforms active. Missing: a declared name that is neither vLLM's own nor an
     installed plugin here. Both empty when the backend declares none. Needs vLLM importable."""
-    import vllm.platforms as platforms
-
     snap = registry.get()
     b = snap.backend(backend)
     names, who = tuple(b.spec.vllm_platform or ()), _declarer(b)
-    seen: dict[str, PlatformPlugin] = {}
-    plugins, failed = _plugins(snap, seen)
-    builtins = dict(platforms.builtin_platform_plugins)
+    asked = _ask(snap)
     problems: list[str] = []
     missing: list[str] = []
-    asked: list[str] = []
+    tried: list[str] = []
     active = False
     for name in names:
         if name == REGISTRY:
@@ -444,93 +594,27 @@ def check_declared(backend: str) -> tuple[list[str], list[str]]:
                 _importable(name, name, who)
                 active = True
                 continue
-            if name in failed:
-                problems.append(f"vLLM platform plugin {name!r} ({seen[name].source}) {failed[name]}")
+            if name in asked.builtins and asked.seen[name].source == "vLLM":
+                answer = _probe(asked, name)
+            elif name in asked.failed:
+                problems.append(
+                    f"vLLM platform plugin {name!r} ({asked.seen[name].source}) {asked.failed[name]}"
+                )
                 continue
-            if name in plugins:
-                answer = plugins[name]
-            elif name in builtins:
-                answer = _detect(snap, name, builtins[name], "vLLM", seen)
+            elif name in asked.answers:
+                answer = asked.answers[name]
             else:
-                why = "is left out by VLLM_PLUGINS" if name in seen else "is not installed here"
+                why = "is left out by VLLM_PLUGINS" if name in asked.seen else "is not installed here"
                 missing.append(f"the vLLM platform {name!r} {why} (declared by {who})")
                 continue
-            asked.append(name)
+            tried.append(name)
             if answer is not None:
                 _importable(answer, f"the vLLM platform {name!r}", who)
                 active = True
         except (_Failed, DeviceError) as exc:
             problems.append(str(exc))
-    if asked and not active and not problems and b.available:
+    if tried and not active and not problems and b.available:
         problems.append(
-            f"{backend} is available, but none of its vLLM platforms ({', '.join(asked)}) is active here"
+            f"{backend} is available, but none of its vLLM platforms ({', '.join(tried)}) is active here"
         )
     return problems, missing
-
-
-def report() -> dict[str, Any]:
-    """vLLM's section of ``accelreg env``: the version installed, the platform vLLM would use
-    (the choice made in this process, else what the registry would choose, read without
-    importing vLLM or any plugin) and the platform plugins seen."""
-    dist = _distribution()
-    try:
-        version: str | None = metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        version = None
-    out: dict[str, Any] = {"version": version, "distribution": dist if version else None}
-    if version is None:
-        out.update(scope="not installed", platform=None, error=None, plugins=[])
-        return out
-    made = choice()
-    if made is not None:
-        out.update(scope="chosen in this process", platform=made.as_dict(), error=None)
-        out["plugins"] = [p.as_dict() for p in made.plugins]
-        return out
-    out["scope"] = "what the registry would choose (read from the installed packages; nothing imported)"
-    seen = [PlatformPlugin(n, "vLLM", n, "vLLM's own") for n in _builtin_names_static()]
-    allowed = _allowed()
-    for ep in _entry_points():
-        state = "left out by VLLM_PLUGINS" if allowed is not None and ep.name not in allowed else "installed"
-        seen.append(PlatformPlugin(ep.name, _source(ep), ep.value, state))
-    out["plugins"] = [p.as_dict() for p in seen]
-    try:
-        out.update(platform=_static_choice(seen), error=None)
-    except DeviceError as exc:
-        out.update(platform=None, error=str(exc))
-    return out
-
-
-def _static_choice(seen: list[PlatformPlugin]) -> dict[str, Any]:
-    snap = registry.get()
-    if os.environ.get("VLLM_TARGET_DEVICE", "").strip().lower() == "cpu":
-        return Choice("cpu", "cpu", "", "VLLM_TARGET_DEVICE=cpu asks for vLLM's own CPU platform").as_dict()
-    b = snap.current()
-    names, who = _declared(b)
-    reason = _reason(snap, b)
-    if not names or names == (REGISTRY,):
-        why = f"{reason}; {who} declares no vLLM platform of its own: accelreg's registry platform serves it"
-        return Choice(b.name, REGISTRY, _REGISTRY_FACTORY, why).as_dict()
-    known = {p.name: p for p in seen}
-    usable = [
-        n
-        for n in names
-        if "." in n or n == REGISTRY or (n in known and known[n].state != "left out by VLLM_PLUGINS")
-    ]
-    if not usable:
-        raise DeviceError(
-            f"{who} declares the vLLM platform(s) {', '.join(names)}, but none is one of vLLM's own or an "
-            f"installed platform plugin that VLLM_PLUGINS lets in; vLLM would not start under accelreg"
-        )
-    first = usable[0]
-    where = (
-        "a class path"
-        if "." in first
-        else "vLLM's own"
-        if known.get(first) and known[first].source == "vLLM"
-        else f"plugin of {known[first].source}"
-        if first in known
-        else "accelreg's registry platform"
-    )
-    more = f" (the first active of {', '.join(usable)})" if len(usable) > 1 else ""
-    why = f"{reason}; {who} declares the vLLM platform {first!r} ({where}){more}"
-    return Choice(b.name, first, first if "." in first else "", why).as_dict()
