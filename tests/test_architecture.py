@@ -75,6 +75,13 @@ LAZY_ALLOWED = {
     ("accelreg.integrations.transformers.quantizers", "accelreg.placement"): (
         "the placement hooks wait for the first quantized load's postprocess_model"
     ),
+    ("accelreg.integrations", "accelreg.registry"): (
+        "an import hook that fires inside plugin code hands its work to the registry "
+        "(after_build); the face itself is imported at every job process's start-up"
+    ),
+    ("accelreg.integrations", "accelreg.registry.containment"): (
+        "the same hook asks whether it runs inside plugin code, only when it fires"
+    ),
     ("accelreg.integrations._machinery.table", "accelreg.integrations._machinery.seams"): (
         "the start-up hook reads the table's triggers; the integration modules (and the registry "
         "under them) load when the table's rows are first asked for"

@@ -11,7 +11,8 @@
         # every release wheel (or sdist) in DIR of each host library: each torch.accelerator call
         # site, read statically; written to docs/compat/accelerator_calls.json
     python tools/compat.py table
-        # docs/compatibility.md from the integrations table and docs/compat/*.json
+        # docs/compatibility.md from the integrations table, docs/compat/*.json and the census
+        # of device branches (tools/census.py)
 
 Nothing in docs/compatibility.md is written by hand: it is regenerated from what the integrations
 declare (``accelreg.integrations.table``) and the records; ``tests/test_compat_docs.py`` fails
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 import zipfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +148,7 @@ def record(args: argparse.Namespace) -> None:
     print(f"wrote {RECORDS / (args.set + '.json')}")
 
 
-def _release_of(archive: str) -> tuple[str, str] | None:
+def release_of(archive: str) -> tuple[str, str] | None:
     """``(distribution, version)`` of a wheel or sdist file name (``None`` for anything else)."""
     m = re.match(r"([A-Za-z_]+)-(\d[^-]*?)(?:-|\.tar\.gz$)", os.path.basename(archive))
     if m is None:
@@ -163,7 +165,7 @@ def survey(args: argparse.Namespace) -> None:
         glob.glob(os.path.join(args.wheels, "*.whl")) + glob.glob(os.path.join(args.wheels, "*.tar.gz"))
     )
     for archive in archives:
-        release = _release_of(archive)
+        release = release_of(archive)
         if release is None:
             continue
         dist, version = release
@@ -171,7 +173,7 @@ def survey(args: argparse.Namespace) -> None:
         if not chosen:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            _unpack_sources(archive, tmp)
+            unpack_sources(archive, tmp)
             for integ in chosen:
                 matches = integ.survey(root=tmp)
                 rows.append(
@@ -230,7 +232,7 @@ def _installed_rows(table_rows: list[Any], read: set[tuple[str, str]]) -> list[d
     return rows
 
 
-def _unpack_sources(archive: str, into: str) -> None:
+def unpack_sources(archive: str, into: str) -> None:
     """The ``.py`` files of a wheel (Ray's is 70 MB: sources only), or of an sdist (DeepSpeed
     publishes no wheel) with its top folder stripped, so both read as an installed tree."""
     if archive.endswith(".whl"):
@@ -262,14 +264,15 @@ ACCELERATOR_CALLERS = (
 FOLLOWED = ("current_accelerator", "device_count", "is_available")
 
 
-class _AcceleratorCalls(ast.NodeVisitor):
-    """Every use of ``torch.accelerator`` in one module: ``torch.accelerator.<api>`` (called or
-    read), the module object itself, ``from torch.accelerator import <api>``, and torch's private
-    ``torch._C._accelerator_*`` bindings; each with the enclosing function."""
+class ScopedVisitor(ast.NodeVisitor):
+    """An AST visitor that knows the qualified name of the function (or class) it is in:
+    :meth:`qualname` (``"Trainer._save_rng_state"``, ``"<module>"`` at the top level)."""
 
     def __init__(self) -> None:
         self.scope: list[str] = []
-        self.sites: list[tuple[str, str, int]] = []
+
+    def qualname(self) -> str:
+        return ".".join(self.scope) or "<module>"
 
     def _visit_scope(self, node: ast.AST, name: str) -> None:
         self.scope.append(name)
@@ -285,8 +288,18 @@ class _AcceleratorCalls(ast.NodeVisitor):
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._visit_scope(node, node.name)
 
+
+class _AcceleratorCalls(ScopedVisitor):
+    """Every use of ``torch.accelerator`` in one module: ``torch.accelerator.<api>`` (called or
+    read), the module object itself, ``from torch.accelerator import <api>``, and torch's private
+    ``torch._C._accelerator_*`` bindings; each with the enclosing function."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sites: list[tuple[str, str, int]] = []
+
     def _add(self, api: str, line: int) -> None:
-        self.sites.append((".".join(self.scope) or "<module>", api, line))
+        self.sites.append((self.qualname(), api, line))
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         value = node.value
@@ -308,18 +321,41 @@ class _AcceleratorCalls(ast.NodeVisitor):
             self._add("<module>", node.lineno)
 
 
+#: Folders whose sources are a library's own tests, examples or benchmarks, not the library.
+NOT_LIBRARY = ("tests", "test", "examples", "benchmarks")
+
+
+def source_files(
+    root: str, packages: Sequence[str] = ("",), skip: Callable[[str], bool] | None = None
+) -> Iterator[tuple[str, Path]]:
+    """``(path relative to root, path)`` of every ``.py`` file in the ``packages`` folders under
+    ``root`` (unpacked sources, or site-packages), in path order; tests, examples, benchmarks, a
+    wheel's ``.data`` folder and the files ``skip(relative path)`` refuses left out."""
+    paths = sorted({p for package in packages for p in (Path(root) / package).rglob("*.py")})
+    for path in paths:
+        rel = path.relative_to(root).as_posix()
+        parts = rel.split("/")
+        if any(p in NOT_LIBRARY for p in parts) or parts[0].endswith(".data"):
+            continue
+        if skip is None or not skip(rel):
+            yield rel, path
+
+
+def parsed_sources(
+    root: str, packages: Sequence[str] = ("",), skip: Callable[[str], bool] | None = None
+) -> Iterator[tuple[str, ast.Module]]:
+    """``(path relative to root, module AST)`` of each of :func:`source_files` that parses."""
+    for rel, path in source_files(root, packages, skip):
+        try:
+            yield rel, ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+
+
 def accelerator_sites(root: str) -> list[dict[str, object]]:
     """Every torch.accelerator use under ``root`` (unpacked sources), tests and examples left out."""
     out: list[dict[str, object]] = []
-    for path in sorted(Path(root).rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        parts = rel.split("/")
-        if any(p in ("tests", "test", "examples", "benchmarks") for p in parts) or parts[0].endswith(".data"):
-            continue
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-        except (SyntaxError, ValueError):
-            continue
+    for rel, tree in parsed_sources(root):
         visitor = _AcceleratorCalls()
         visitor.visit(tree)
         out += [{"file": rel, "function": fn, "api": api, "line": line} for fn, api, line in visitor.sites]
@@ -331,7 +367,7 @@ def accelerator_calls(args: argparse.Namespace) -> None:
 
     rows = []
     for archive in sorted(glob.glob(os.path.join(args.wheels, "*"))):
-        release = _release_of(archive)
+        release = release_of(archive)
         if release is None or release[0] not in ACCELERATOR_CALLERS:
             continue
         dist, version = release
@@ -340,7 +376,7 @@ def accelerator_calls(args: argparse.Namespace) -> None:
         except InvalidVersion:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            _unpack_sources(archive, tmp)
+            unpack_sources(archive, tmp)
             rows.append({"library": dist, "version": version, "sites": accelerator_sites(tmp)})
         print(f"{dist} {version}: {len(rows[-1]['sites'])} call sites", flush=True)
     path = RECORDS / "accelerator_calls.json"
@@ -605,7 +641,16 @@ def render() -> str:
                 lines.append(f"| {version} | " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
             lines.append("")
     lines += _accelerator_lines()
+    lines += _census_lines()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _census_lines() -> list[str]:
+    """The census of device branches, per library and release (tools/census.py writes the page
+    that lists the open sites, docs/compat/census.md)."""
+    import census  # tools/census.py, beside this file
+
+    return census.summary_lines()
 
 
 def main() -> None:

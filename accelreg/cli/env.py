@@ -4,9 +4,11 @@ The host (OS, Python, CPU, RAM), the libraries (numpy, transformers, accelerate,
 configuration files read, every backend (why it is (un)available, its runtime's and driver's
 versions as its plugin reports them), hardware that is here while its runtime or plugin is
 missing (and what to install), each device (name, total and free memory, and the dtypes it
-computes in, as :func:`accelreg.capabilities` answers), what ``resolve()`` picks, the integrations, vLLM's platform (the one it would run on, what serves each backend,
-and every platform plugin seen; ``--vllm-activate`` activates the plugins to learn their device
-types), plugin failures and warnings. ``--json`` prints the data
+computes in, as :func:`accelreg.capabilities` answers), what ``resolve()`` picks, the
+integrations, vLLM's platform (the one it would run on, what serves each backend, and every
+platform plugin seen; ``--vllm-activate`` activates the plugins to learn their device types), the
+open device branches of the installed host libraries for the current backend (the census:
+docs/compat/census.md), plugin failures and warnings. ``--json`` prints the data
 (``accelreg/schemas/env.schema.json``); ``--report`` prints a Markdown block of at most 100
 columns to paste into a bug report.
 """
@@ -28,6 +30,7 @@ from ..dtypes import COMPUTE_DTYPES
 from ..errors import AccelregError
 from ..integrations import status as integration_status
 from ..integrations import table as integration_table
+from ..integrations import census as integration_census
 from ..integrations.torch import report as torch_accelerator_report
 from ..integrations.vllm import report as vllm_report
 from ..integrations.vllm.env_report import ACTIVATE_FLAG as VLLM_ACTIVATE
@@ -43,6 +46,7 @@ __all__ = [
     "LIBRARIES",
     "REPORT_WIDTH",
     "add_parser",
+    "census_lines",
     "cmd_env",
     "env_report",
     "markdown_report",
@@ -170,6 +174,7 @@ def env_report(*, hardware_root: str = "/", vllm_activate: bool = False) -> dict
         "slurm": slurm.report(snap.environ),
         "hardware": _hardware(snap, hardware_root),
         "vllm": vllm,
+        "census": _census(snap),
     }
 
 
@@ -285,6 +290,61 @@ def _torch_accelerator_lines(report: dict[str, Any]) -> list[str]:
         "follows the registry in this process" if item["follows"] else "follows it under accelreg.install()"
     )
     return [f"torch.accelerator: DISAGREES with the registry: {item['why']}", f"  it {rule}: {then}"]
+
+
+# -- the census of device branches (issue 37) --------------------------------------------
+def _census(snap: Any) -> dict[str, Any]:
+    """The open device branches of the installed host libraries for the current backend's device
+    type (see :func:`accelreg.integrations.census.report`); releases come from the libraries'
+    metadata, nothing is imported."""
+    current = snap.current()
+    device_type = None if current.name == "cpu" else current.device_type
+    versions: dict[str, str | None] = {}
+    for library, (distributions, _) in integration_census.LIBRARIES.items():
+        versions[library] = next((v for d in distributions if (v := _dist_version(d))), None)
+    try:
+        libraries = integration_census.report(versions, device_type)
+    except Exception as exc:  # noqa: BLE001 - a report describes, it never raises
+        return {"device_type": device_type, "page": integration_census.PAGE, "libraries": [],
+                "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
+    return {
+        "device_type": device_type,
+        "page": integration_census.PAGE,
+        "libraries": libraries,
+        "error": None,
+    }
+
+
+def _dist_version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def census_lines(report: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(indent, text)``: per installed host library, the open device branches a device type it
+    does not know meets (nothing when the current backend is the cpu)."""
+    c = report.get("census")
+    if not c or c["device_type"] is None:
+        return []
+    out = [(0, f"device branches for {c['device_type']} (the census: {c['page']})")]
+    if c.get("error"):
+        return [*out, (1, f"could not read the census: {c['error']}")]
+    for item in c["libraries"]:
+        head = f"{item['library']} {item['version']}"
+        if item["open"] is None:
+            out.append((1, f"{head}: not in the census (a release it did not read)"))
+        elif item["known"]:
+            out.append((1, f"{head} has its own branches for {c['device_type']}"))
+        elif not item["open"]:
+            out.append((1, f"{head}: no open site"))
+        else:
+            named = ", ".join(f"{s['file'].split('/', 1)[-1]} {s['function']}" for s in item["sites"])
+            more = item["functions"] - len(item["sites"])
+            out.append((1, f"{head}: {item['open']} open sites in {item['functions']} functions: {named}"
+                        + (f" and {more} more" if more > 0 else "")))  # fmt: skip
+    return out
 
 
 # -- Slurm ---------------------------------------------------------------------------------
@@ -563,6 +623,11 @@ def cmd_env(args: argparse.Namespace) -> int:
         say()
         for indent, line in vllm_lines:
             say(("  " * indent) + line)
+    branches = census_lines(report)
+    if branches:
+        say()
+        for indent, line in branches:
+            say(("  " * indent) + line)
     if report["skipped"]:
         say()
         say("skipped plugins:")
@@ -690,6 +755,12 @@ def markdown_report(report: dict[str, Any] | None = None, width: int = REPORT_WI
         out += ["", "**vLLM**", ""]
         for indent, line in vllm_lines:
             out += _bullet(line, width, indent)
+    branches = census_lines(report)
+    if branches:
+        out += ["", f"**Device branches** for {report['census']['device_type']}: open sites", ""]
+        out += _bullet(f"the census: {report['census']['page']}", width)
+        for indent, line in branches[1:]:
+            out += _bullet(line, width, indent - 1)
     for title, items in (
         ("Skipped plugins", [f"{i['plugin']} ({i['distribution'] or 'unknown distribution'}): {i['why']}" for i in report["skipped"]]),
         ("Plugin failures", [f"{f['plugin']} ({f['distribution']} {f['version']}): {f['stage']}: {f['error']}" for f in report["failures"]]),

@@ -2,8 +2,9 @@
 
 Every old path still imports, as the very module at its new place (one object: patching or
 reading either name is the same thing), with a :class:`DeprecationWarning` naming the new path.
-They go in 0.4.0. ``accelreg.integrations.table`` is not deprecated: the table is part of the
-package's face (``from accelreg.integrations import table``).
+They go in 0.4.0. ``accelreg.integrations.table`` and ``.census`` are not deprecated: the table
+and the census of device branches are part of the package's face (``from accelreg.integrations
+import table``).
 
 A finder on ``sys.meta_path`` answers only the names below; it imports nothing until one of
 them is imported (this module is loaded with the package, at every job process's start-up).
@@ -24,6 +25,7 @@ __all__ = ["MOVED", "install_aliases"]
 #: deprecated (it warns) or a second name kept on purpose.
 MOVED: dict[str, tuple[str, bool]] = {
     "table": ("_machinery.table", False),
+    "census": ("_machinery.census", False),
     "seams": ("_machinery.seams", True),
     "releases": ("_machinery.releases", True),
     "_shapes": ("_machinery.shapes", True),
