@@ -28,9 +28,9 @@ from typing import Any
 from .. import registry
 from ..dtypes import COMPUTE_DTYPES
 from ..errors import AccelregError
+from ..integrations import census as integration_census
 from ..integrations import status as integration_status
 from ..integrations import table as integration_table
-from ..integrations import census as integration_census
 from ..integrations.torch import report as torch_accelerator_report
 from ..integrations.vllm import report as vllm_report
 from ..integrations.vllm.env_report import ACTIVATE_FLAG as VLLM_ACTIVATE
