@@ -174,7 +174,7 @@ def test_env_on_this_machine_reports_no_hardware_it_does_not_have(tmp_path):
 
 def test_env_text_and_report_show_the_section(node, monkeypatch, capsys):
     report = env_command.env_report(hardware_root=str(node))
-    monkeypatch.setattr(env_command, "env_report", lambda: report)
+    monkeypatch.setattr(env_command, "env_report", lambda **_options: report)
     assert cli.main(["env"]) == cli.EXIT_OK
     out = capsys.readouterr().out
     assert "hardware without its runtime (install what each line says to use it):" in out
