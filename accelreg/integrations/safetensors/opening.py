@@ -23,6 +23,7 @@ file is opened on the cpu with the caller's other arguments, and the handle is a
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 from ... import registry
@@ -35,7 +36,7 @@ __all__ = ["TORCH_FRAMEWORKS", "open_by_handle", "open_by_path", "registry_devic
 #: The framework names safetensors maps to torch.
 TORCH_FRAMEWORKS = frozenset({"pt", "torch", "pytorch"})
 
-_MISSING = object()
+_MISSING = object()  # an argument the caller did not pass
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str) -> Any:
@@ -50,10 +51,18 @@ def _on_cpu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, .
     return args, {**kwargs, "device": "cpu"}
 
 
+def _named_device(device: Any) -> bool:
+    """A device string or :class:`torch.device` (not an int, ``None`` or anything else)."""
+    if isinstance(device, str):
+        return True
+    torch = sys.modules.get("torch")  # no torch.device exists before torch is imported
+    return torch is not None and isinstance(device, torch.device)
+
+
 def registry_device_type(device: Any) -> bool:
     """Whether ``device`` (``"emu:1"``, ``torch.device``) names a registry accelerator's device
     type (any registered backend but the cpu)."""
-    kind = getattr(device, "type", None) if not isinstance(device, str) else device.partition(":")[0]
+    kind = device.partition(":")[0] if isinstance(device, str) else getattr(device, "type", None)
     if not isinstance(kind, str) or kind in ("", "cpu"):
         return False
     return any(b.device_type == kind for b in registry.get().order)
@@ -63,10 +72,11 @@ def _replacement(original: Any, source_name: str, open_with: Any) -> Any:
     @functools.wraps(original, updated=())
     def opener(*args: Any, **kwargs: Any) -> Any:
         device = _argument(args, kwargs, 2, "device")
+        framework = _argument(args, kwargs, 1, "framework")
         if (
-            device is _MISSING
-            or (not isinstance(device, str) and getattr(device, "type", None) is None)
-            or _argument(args, kwargs, 1, "framework") not in TORCH_FRAMEWORKS
+            not _named_device(device)
+            or not isinstance(framework, str)
+            or framework not in TORCH_FRAMEWORKS
             or accepts(original, device, open_with)
             or not registry_device_type(device)
         ):
