@@ -100,6 +100,8 @@ MATRIX_TESTS = [
     "tests/emu/test_accelerate_launch.py",
     "tests/emu/test_torch_accelerator.py",
     "tests/emu/test_disabled_backend.py",
+    # issue 42: safetensors onto every registry device (the oldest and newest served releases)
+    "tests/emu/test_safetensors_devices.py",
     "-k",
     # the integration subset (not the thread and env runs the default suite has), seed 002 on one
     # emulated backend (the default suite runs three), seed 000 stock and with install(), the

@@ -1,7 +1,7 @@
 """Integrations: the host libraries ask the registry.
 
 One folder per host library (``accelreg.integrations.<library>``: transformers, accelerate, peft,
-deepspeed, lightning, ray, vllm, torch), each holding its seams in modules named for what they do
+safetensors, deepspeed, lightning, ray, vllm, torch), each holding its seams in modules named for what they do
 and one :class:`~._machinery.seams.Integration` per row of the integrations table; the machinery
 every integration shares sits beside them in :mod:`._machinery` (the seams, the table, release
 ranges, shapes). The table (:mod:`._machinery.table`, also ``accelreg.integrations.table``) holds

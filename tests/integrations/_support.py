@@ -58,6 +58,7 @@ needs_check_and_set = pytest.mark.skipif(
 
 
 PREFIXES = (
+    "safetensors",
     "transformers",
     "accelerate",
     "peft",

@@ -51,6 +51,9 @@ MIN_HOLDERS = {
     "vllm": 1,  # vllm.platforms itself (no module imports the function by name)
     "accelerate_launch": 14,  # the launch helpers re-exported by accelerate.utils and held by the command
     "torch_accelerator": 1,
+    # safetensors, its Rust module, safetensors.torch and the libraries' by-name importers of safe_open
+    # (transformers, accelerate, peft); _safe_open_handle (0.6+) in safetensors and its Rust module
+    "safetensors": 6,
 }
 
 
@@ -177,6 +180,7 @@ UNTESTED = {
     "vllm": "0.33.0",
     "accelerate_launch": "1.17.0",
     "torch_accelerator": "2.5.0",  # below the tested >=2.6 (a fake version: torch stays as it is)
+    "safetensors": "0.9.0",
 }
 
 
@@ -295,7 +299,9 @@ def test_a_failure_half_way_rolls_back_every_holder(monkeypatch, where):
         def broken(original):
             raise RuntimeError("make failed")
 
-        seams[-1] = replace(seams[-1], make=broken)
+        # the last seam built from its own ``make`` (the ones after it declare adapters)
+        last = max(i for i, seam in enumerate(seams) if not seam.adapters)
+        seams[last] = replace(seams[last], make=broken)
         monkeypatch.setattr(integ, "seams", seams)
     else:
 

@@ -31,7 +31,7 @@ def test_install_with_no_host_library_imported_loads_no_library_folder() -> None
         _LOADED
         + "import accelreg\nnames = accelreg.install()\n"
         + "libs = sorted(m for m in ('transformers', 'accelerate', 'peft', 'deepspeed', 'ray', "
-        "'lightning', 'vllm', 'torch') if m in sys.modules)\n"
+        "'lightning', 'vllm', 'torch', 'safetensors') if m in sys.modules)\n"
         + "print(json.dumps([folders(), names, libs]))\n"
     )
     loaded, names, libs = run_python(code, name=None).value
@@ -41,8 +41,8 @@ def test_install_with_no_host_library_imported_loads_no_library_folder() -> None
 
 
 def test_a_library_import_loads_its_own_folder_and_no_other() -> None:
-    """``import peft`` (which imports transformers, accelerate and torch) loads exactly those
-    libraries' folders; DeepSpeed's, Ray's, Lightning's and vLLM's stay unimported."""
+    """``import peft`` (which imports transformers, accelerate, safetensors and torch) loads exactly
+    those libraries' folders; DeepSpeed's, Ray's, Lightning's and vLLM's stay unimported."""
     code = (
         _LOADED
         + "import accelreg\naccelreg.install()\nimport peft\nloaded = folders()\n"
@@ -51,8 +51,8 @@ def test_a_library_import_loads_its_own_folder_and_no_other() -> None:
         + "print(json.dumps([loaded, on]))\n"
     )
     loaded, on = run_python(code, name=None).value
-    assert set(loaded) == {"accelerate", "transformers", "peft", "torch"}, loaded
-    assert {"accelerate", "transformers", "peft", "torch_accelerator"} <= set(on)
+    assert set(loaded) == {"accelerate", "transformers", "peft", "torch", "safetensors"}, loaded
+    assert {"accelerate", "transformers", "peft", "torch_accelerator", "safetensors"} <= set(on)
 
 
 @pytest.mark.parametrize("row", table.ROWS, ids=lambda r: r.name)
@@ -73,6 +73,7 @@ def test_each_row_is_the_data_of_its_folders_integration(row: table.Row) -> None
         "lightning",
         "vllm",
         "torch",
+        "safetensors",
     }
     if row.early is not None:
         _watched, function = row.early

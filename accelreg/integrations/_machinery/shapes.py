@@ -3,7 +3,8 @@
 :func:`shape` fingerprints a function by its syntax tree (docstrings and annotations left out),
 so the integrations table can say which shape each adapter was verified with; :func:`node_in_source`
 finds a function in a library's source files without importing the library (``accelreg env`` in a
-process that has not imported it, and the static survey of every release's wheel).
+process that has not imported it, and the static survey of every release's wheel), or the
+module-level import that binds a name a compiled extension defines.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def node_in_source(module: str, dotted: str, root: str | None) -> ast.AST | str:
         _PARSED[path] = tree
     body: list[ast.stmt] = tree.body
     node: ast.AST | None = None
-    for part in dotted.split("."):
+    parts = dotted.split(".")
+    for part in parts:
         node = next(
             (
                 n
@@ -91,11 +93,27 @@ def node_in_source(module: str, dotted: str, root: str | None) -> ast.AST | str:
             ),
             None,
         )
+        if node is None and len(parts) == 1:
+            node = _imported(body, part)
         if node is None:
             return ABSENT
-        body = node.body
+        body = getattr(node, "body", [])
     assert node is not None
     return node
+
+
+def _imported(body: list[ast.stmt], name: str) -> ast.AST | None:
+    """The module-level ``import`` that binds ``name`` (a class a compiled extension defines
+    and the package re-exports: ``from ._safetensors_rust import safe_open``), as the live match
+    finds it in the module: it exists, with no source of its own to fingerprint."""
+    for n in body:
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            for alias in n.names:
+                # ``import a.b`` binds ``a``; ``from m import a`` binds ``a``; ``as x`` binds ``x``
+                bound = alias.asname or alias.name.split(".")[0]
+                if bound == name:
+                    return n
+    return None
 
 
 def shape(func: Any) -> str:

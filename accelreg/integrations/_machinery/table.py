@@ -168,6 +168,16 @@ ROWS: tuple[Row, ...] = (
         ">=0.17,<0.22",
         {"oldest": "0.17.1", "middle": "0.19.1", "newest": "0.21.2"},
     ),
+    # safetensors' torch entry points take a device its Rust core checks against a list of its
+    # own: the seam is at the callee, the openers every caller reaches (``import safetensors``).
+    Row(
+        "safetensors",
+        ("safetensors",),
+        "safetensors",
+        f"{_PKG}.safetensors",
+        ">=0.4.3,<0.9",
+        {"oldest": "0.4.3", "middle": "0.6.2", "newest": "0.8.0"},
+    ),
     # DeepSpeed gets the registry's accelerator the moment its accelerator module is imported,
     # before it first picks one (inside ``import deepspeed``).
     Row(

@@ -28,14 +28,16 @@ that imported them by name is patched too):
   accelerate's multi-process type, a process group over ``accelreg.dist_backend()`` and the
   device ``<backend>:<LOCAL_RANK>``; never a backend the registry would not choose, and never
   the cpu in silence (a :class:`~accelreg.DeviceError` naming the call).
-* ``accelerate.checkpointing.load_accelerator_state`` — ``load_state`` onto a device type
-  safetensors does not list loads the model states through the cpu.
+
+``load_state`` and ``load_checkpoint_and_dispatch`` onto a device type safetensors does not list
+need no seam here: the safetensors row's seam answers every caller of safetensors at the callee
+(:mod:`accelreg.integrations.safetensors`).
 
 :data:`LAUNCHER` is the second integration, ``accelerate_launch`` (accelerate's command line:
 ``accelerate launch``, ``accelerate config default``, ``accelerate env``; :mod:`.launch`), enabled
 when ``accelerate.commands.launch`` is imported.
 
-The folder: :mod:`.modeling`, :mod:`.state` and :mod:`.checkpointing` (the seams, by what they
+The folder: :mod:`.modeling` and :mod:`.state` (the seams, by what they
 decide), :mod:`.integration` (the accelerate row's ``INTEGRATION``) and :mod:`.launch` (the
 launcher's seams and the accelerate_launch row).
 """

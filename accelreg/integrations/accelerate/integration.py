@@ -1,11 +1,11 @@
-"""The accelerate row's integration: its seams (the modeling utilities, the state, checkpoint
-loading) and the shapes of the releases each adapter serves."""
+"""The accelerate row's integration: its seams (the modeling utilities, the state) and the shapes
+of the releases each adapter serves. Checkpoints load onto a registry device that safetensors does
+not list through the safetensors row's seam, at the callee (``accelreg.integrations.safetensors``)."""
 
 from __future__ import annotations
 
 from .._machinery import table
 from .._machinery.seams import LIBRARIES, Adapter, Integration, Seam
-from .checkpointing import _load_accelerator_state
 from .modeling import (
     _MODELING,
     _clear_device_cache,
@@ -103,15 +103,6 @@ INTEGRATION = Integration(
             why="rank r on <backend>:r (the registry's resolve()); a launched rank silently on the cpu "
             "is a DeviceError",
             adapters=(Adapter(RELEASES, _set_device, shapes=_SHAPES["set_device"], params=("self",)),),
-        ),
-        Seam(
-            "accelerate.checkpointing",
-            "load_accelerator_state",
-            _load_accelerator_state,
-            params=("input_dir", "models", "map_location"),
-            importers=("accelerate.accelerator",),
-            why="load_state onto a registry device safetensors does not list (it knows a fixed set of "
-            "device names): through the cpu",
         ),
     ],
     scan_prefixes=LIBRARIES,
