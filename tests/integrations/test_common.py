@@ -51,6 +51,7 @@ MIN_HOLDERS = {
     "vllm": 1,  # vllm.platforms itself (no module imports the function by name)
     "accelerate_launch": 14,  # the launch helpers re-exported by accelerate.utils and held by the command
     "torch_accelerator": 1,
+    "torch_sharded_tensor": 1,  # the class that holds __torch_function__
 }
 
 
@@ -177,6 +178,7 @@ UNTESTED = {
     "vllm": "0.33.0",
     "accelerate_launch": "1.17.0",
     "torch_accelerator": "2.5.0",  # below the tested >=2.6 (a fake version: torch stays as it is)
+    "torch_sharded_tensor": "2.14.0",  # above the tested 2.13 (a fake version: torch stays as it is)
 }
 
 

@@ -34,8 +34,8 @@ def _validate_launch_command(original: Any) -> Any:
         given = (args.num_processes, args.multi_gpu)
         out = original(args)  # its checks of the flags the user gave, then the config file's modes
         defaults = out[1] if isinstance(out, tuple) and len(out) > 1 else None
-        if defaults is None and not args.cpu:
-            _count_registry_devices(args, *given)
+        if defaults is None and not args.cpu and not getattr(args, "tpu", False):
+            _count_registry_devices(args, *given)  # (a TPU is not the registry's: accelerate's count)
         return out
 
     return _validate_launch_command
@@ -56,7 +56,7 @@ def _count_registry_devices(args: Any, num_processes: int | None, multi_gpu: boo
     selects, else every device of the current backend), and multi-process mode, unless
     ``--multi_gpu`` was given (more than one process and more than one device on this machine).
     As upstream, that mode is also set beside ``--use_deepspeed``/``--use_fsdp`` (their launchers
-    come first); ``--cpu`` is not touched (the caller skips it)."""
+    come first); ``--cpu`` and ``--tpu`` are not touched (the caller skips them)."""
     chosen = current_in_use(registry.get())
     if chosen.name == "cpu":
         return  # accelerate's own answer stands (a backend accelreg has disabled: see set_device)
