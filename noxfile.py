@@ -98,6 +98,9 @@ MATRIX_TESTS = [
     "tests/emu/test_lightning_emu.py",
     # issue 28: accelerate's launcher and ranks, torch.accelerator, a disabled backend
     "tests/emu/test_accelerate_launch.py",
+    # issue 38: every mode of accelerate's launcher; Lightning's FSDP strategies (FSDP2 on 2.4+)
+    "tests/emu/test_accelerate_launch_modes.py",
+    "tests/emu/test_lightning_fsdp.py",
     "tests/emu/test_torch_accelerator.py",
     "tests/emu/test_disabled_backend.py",
     # issue 42: safetensors onto every registry device (the oldest and newest served releases)

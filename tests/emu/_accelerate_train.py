@@ -1,10 +1,12 @@
 """A plain accelerate training script, as a user writes it (no accelreg line unless
-``--install``): ``accelerate launch ... _accelerate_train.py OUT [--install]``.
+``--install``): ``accelerate launch ... _accelerate_train.py OUT [--install] [--clip N]``.
 
 Each rank trains a tiny regression model with ``Accelerator()`` (prepare, autocast under the
 launcher's ``--mixed_precision``, backward, step), then runs an ``all_reduce`` of ones, a
 ``gather``, a ``reduce``, ``wait_for_everyone``, ``save_state`` and ``load_state`` (after
-perturbing the parameters), and writes what it saw to ``OUT/rank<r>.json``.
+perturbing the parameters), and writes what it saw to ``OUT/rank<r>.json``: among it the trained
+parameters as this rank holds them (``params``: FSDP's shards under FSDP) and the whole model's
+(``full``: ``get_state_dict``, gathered on the main process under FSDP and DeepSpeed).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
+
+#: ``--clip N``: clip the gradients' norm to N before each step.
+CLIP = float(sys.argv[sys.argv.index("--clip") + 1]) if "--clip" in sys.argv else 0.0
 
 
 def main() -> None:
@@ -42,6 +47,8 @@ def main() -> None:
         prediction = model(xb)  # accelerate's autocast wraps the prepared model's forward
         loss = torch.nn.functional.mse_loss(prediction.float(), yb)
         accelerator.backward(loss)
+        if CLIP:  # what accelerate's DeepSpeed engine does by default (gradient_clipping 1.0)
+            accelerator.clip_grad_norm_(model.parameters(), CLIP)
         optimizer.step()
     device = accelerator.device
     ones = torch.ones(1, device=device)
@@ -51,6 +58,7 @@ def main() -> None:
     reduced = accelerator.reduce(torch.ones(1, device=device), reduction="sum")
     accelerator.wait_for_everyone()
     trained = [p.detach().cpu().clone() for p in accelerator.unwrap_model(model).parameters()]
+    full = [v.detach().cpu().flatten().tolist() for v in accelerator.get_state_dict(model).values()]
     ckpt = os.path.join(out, "state")
     accelerator.save_state(ckpt)
     accelerator.wait_for_everyone()  # the main process writes the files the others load
@@ -86,6 +94,8 @@ def main() -> None:
         "reduce": reduced.item(),
         "restored": restored,
         "params": [t.tolist() for t in trained],
+        "full": full,
+        "zero_stage": getattr(getattr(state, "deepspeed_plugin", None), "zero_stage", None),
         "masks": masks,
         "emulated_visible": emulated,
         "accelerator": str(torch.accelerator.current_accelerator()),

@@ -92,3 +92,42 @@ print(json.dumps({"first": None if first is None else first.type, "error": error
     assert value["first"] is None, value
     assert value["error"] is not None and "settled on 'no accelerator'" in value["error"], value
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD" in value["error"], value
+
+
+CPU_BACKWARD_FIRST = """
+import json, warnings
+import torch
+x = torch.ones(2, requires_grad=True)
+(x * 2).sum().backward()  # the engine sizes its device queues now: no emu device registered yet
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import accelreg
+    device = accelreg.resolve("emu:1")  # brings the runtime up
+t = torch.ones(2, device=device) + 1
+y = torch.ones(2, device="emu:0", requires_grad=True)
+try:
+    (y * 2).sum().backward()
+    backward = "ran"
+except RuntimeError as exc:
+    backward = "device_ready_queues_" in str(exc)
+print(json.dumps({
+    "device": str(device),
+    "sum": t.cpu().tolist(),
+    "warned": [str(w.message) for w in caught if "accelreg-emu" in str(w.message)],
+    "backward_fails_in_torch": backward,
+}))
+"""
+
+
+def test_a_runtime_up_after_a_cpu_backward_comes_up_and_says_why_its_backward_fails() -> None:
+    """A process that ran a backward pass on the cpu before anything brought the emulated
+    runtime up (``accelerate launch --cpu`` under ``accelreg run``: accelreg asks the registry
+    only when DeepSpeed is imported, after training): torch sized its autograd queues without
+    the device. The runtime still comes up (the registry's probe does not fail: a rank on the
+    cpu goes on), with one warning naming why a backward pass on its devices fails, as with a
+    vendor runtime imported late."""
+    value = run_python(CPU_BACKWARD_FIRST, name="emu", devices=2).value
+    assert value["device"] == "emu:1" and value["sum"] == [2.0, 2.0], value
+    assert value["backward_fails_in_torch"] is True, value
+    (message,) = value["warned"]
+    assert "a backward pass ran in this process before the emulated emu runtime came up" in message

@@ -54,6 +54,7 @@ MIN_HOLDERS = {
     # safetensors, its Rust module, safetensors.torch and the libraries' by-name importers of safe_open
     # (transformers, accelerate, peft); _safe_open_handle (0.6+) in safetensors and its Rust module
     "safetensors": 6,
+    "torch_sharded_tensor": 1,  # the class that holds __torch_function__
 }
 
 
@@ -181,6 +182,7 @@ UNTESTED = {
     "accelerate_launch": "1.17.0",
     "torch_accelerator": "2.5.0",  # below the tested >=2.6 (a fake version: torch stays as it is)
     "safetensors": "0.9.0",
+    "torch_sharded_tensor": "2.14.0",  # above the tested 2.13 (a fake version: torch stays as it is)
 }
 
 

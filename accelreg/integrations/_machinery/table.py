@@ -237,6 +237,17 @@ ROWS: tuple[Row, ...] = (
         {"oldest": "2.13.0", "middle": "2.13.0", "newest": "2.13.0"},
         follower=True,
     ),
+    # torch's ShardedTensor (FSDP sharded state dicts) on a registry backend's devices: a follower,
+    # enabled when FSDP's state-dict code or torch.distributed.checkpoint first imports it.
+    Row(
+        "torch_sharded_tensor",
+        ("torch",),
+        "torch.distributed._shard.sharded_tensor",
+        f"{_PKG}.torch.sharded",
+        ">=2.13,<2.14",
+        {"oldest": "2.13.0", "middle": "2.13.0", "newest": "2.13.0"},
+        follower=True,
+    ),
 )
 
 #: name -> the library module whose import enables it (each row's trigger).

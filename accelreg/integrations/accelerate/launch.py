@@ -9,6 +9,7 @@ own process, never in a training process.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Any
 
@@ -23,14 +24,19 @@ from .state import _distributed_type
 
 __all__ = ["INTEGRATION", "LAUNCHER", "disable", "enable", "enabled"]
 
+log = logging.getLogger("accelreg.integrations.accelerate")
+
 
 # -- the launcher: accelerate launch / accelerate config default / accelerate env ---------------
 def _validate_launch_command(original: Any) -> Any:
     @functools.wraps(original)
     def _validate_launch_command(args: Any) -> Any:
-        if not getattr(args, "cpu", False):
-            _count_registry_devices(args, original.__globals__.get("default_config_file"))
-        return original(args)
+        given = (args.num_processes, args.multi_gpu)
+        out = original(args)  # its checks of the flags the user gave, then the config file's modes
+        defaults = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+        if defaults is None and not args.cpu and not getattr(args, "tpu", False):
+            _count_registry_devices(args, *given)  # (a TPU is not the registry's: accelerate's count)
+        return out
 
     return _validate_launch_command
 
@@ -42,23 +48,32 @@ def _gpu_ids(args: Any) -> list[str] | None:
     return [i.strip() for i in str(ids).split(",") if i.strip()]
 
 
-def _count_registry_devices(args: Any, default: str | None) -> None:
-    """What accelerate's launcher decides from its own device ladder, decided from the registry
-    (only where no config file decides it): the process count (the devices ``--gpu_ids`` selects,
-    else every device of the current backend) and multi-process mode when that is more than one,
-    exactly as upstream does for the devices it knows."""
-    config = getattr(args, "config_file", None)
-    if config is not None or (default is not None and os.path.isfile(default)):
-        return  # the config file decides (accelerate config default writes the registry's count)
+def _count_registry_devices(args: Any, num_processes: int | None, multi_gpu: bool) -> None:
+    """Redo, with the registry's devices, the two decisions accelerate's launcher makes from its
+    own device ladder where no config file decides, after its checks of the flags given (so
+    ``--use_deepspeed``, ``--use_fsdp``, ``--multi_gpu``, ``--cpu`` are checked as the user typed
+    them): the process count, unless ``--num_processes`` was given (the devices ``--gpu_ids``
+    selects, else every device of the current backend), and multi-process mode, unless
+    ``--multi_gpu`` was given (more than one process and more than one device on this machine).
+    As upstream, that mode is also set beside ``--use_deepspeed``/``--use_fsdp`` (their launchers
+    come first); ``--cpu`` and ``--tpu`` are not touched (the caller skips them)."""
     chosen = current_in_use(registry.get())
     if chosen.name == "cpu":
-        return
+        return  # accelerate's own answer stands (a backend accelreg has disabled: see set_device)
     ids = _gpu_ids(args)
-    count = len(ids) if ids is not None else chosen.count
-    if args.num_processes is None:
-        args.num_processes = max(count, 1)
-    if not args.multi_gpu and args.num_processes > 1 and count > 1:
-        args.multi_gpu = True
+    if num_processes is None:
+        count = max(len(ids) if ids is not None else chosen.count, 1)
+        if args.num_processes != count:  # accelerate said its own count just now
+            log.warning(
+                "accelreg: `--num_processes` is %d, the %s devices %s (not accelerate's count, %s)",
+                count,
+                chosen.name,
+                "--gpu_ids selects" if ids is not None else "the registry counts",
+                args.num_processes,
+            )
+        args.num_processes = count
+    if not multi_gpu:
+        args.multi_gpu = args.num_processes > 1 and chosen.count > 1
 
 
 def _mask(args: Any, env: dict[str, str]) -> None:
@@ -162,7 +177,8 @@ LAUNCHER = Integration(
             "accelerate.commands.launch",
             "_validate_launch_command",
             why="the process count and multi-process mode from the registry's devices (--gpu_ids: the "
-            "devices it selects), where no config file decides",
+            "devices it selects), where no config file decides, after accelerate's checks of the "
+            "mode flags given",
             adapters=(
                 Adapter(RELEASES, _validate_launch_command, shapes=_SHAPES["validate"], params=("args",)),
             ),

@@ -30,6 +30,12 @@ for the Trainer (``<root>.trainer.connectors.accelerator_connector._AcceleratorC
   registered replaces accelreg's entry instead of failing with "already present".
 * ``DeepSpeedStrategy.setup_environment`` (Trainer and Fabric): the DeepSpeed strategies accept a
   registry accelerator (stock: CUDA only); DeepSpeed runs on the accelerator ``install()`` hands it.
+* ``_check_strategy_and_fallback`` (Trainer and Fabric): the FSDP strategies (``"fsdp"``,
+  ``FSDPStrategy(...)``) accept a registry accelerator (stock: "requires a GPU accelerator");
+  ``ModelParallelStrategy`` (FSDP2) has no such check. ``FSDPPrecision.forward_context``: FSDP's
+  mixed precision autocasts on the backend's device type (stock: ``"cuda"``). A sharded FSDP
+  checkpoint loads back through the ``torch_sharded_tensor`` row
+  (:mod:`accelreg.integrations.torch.sharded`).
 
 ``enable()`` also registers the name of every backend that is *here* — available, or present
 but failing — and that Lightning's registries do not have yet (Fabric's ``ACCELERATOR_REGISTRY``

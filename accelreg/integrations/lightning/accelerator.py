@@ -317,11 +317,26 @@ class RegistryAccelerator:
         return stats
 
 
+#: The attribute that tells an FSDP precision plugin the device type it autocasts on (read by the
+#: ``FSDPPrecision.forward_context`` seam: Lightning's own says ``"cuda"``).
+AUTOCAST_DEVICE = "_accelreg_autocast_device"
+
+
 def fix_precision(plugin: Any, device_type: str) -> Any:
     """Point a Lightning ``MixedPrecision`` plugin that autocasts on another device type at
-    ``device_type`` (and give a 16-bit plugin a gradient scaler for that type); returns it."""
+    ``device_type`` (and give a 16-bit plugin a gradient scaler for that type); an
+    ``FSDPPrecision`` plugin is told the device type its mixed precision autocasts on, and its
+    16-bit sharded gradient scaler is made for that type. Returns the plugin."""
     import torch
 
+    if type(plugin).__name__ == "FSDPPrecision":
+        setattr(plugin, AUTOCAST_DEVICE, device_type)
+        scaler = getattr(plugin, "scaler", None)
+        if scaler is not None and getattr(scaler, "_device", device_type) != device_type:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            plugin.scaler = ShardedGradScaler(device=device_type)
+        return plugin
     if type(plugin).__name__ != "MixedPrecision" or getattr(plugin, "device", device_type) == device_type:
         return plugin
     plugin.device = device_type

@@ -1,7 +1,7 @@
 """The decisions Lightning's connectors make (Fabric's ``_Connector``, the Trainer's
 ``_AcceleratorConnector``) and its process-group backend, answered by the registry: the
-accelerator for ``"auto"``, the strategy for a registry accelerator, mixed precision on its
-device type, and its collective backend.
+accelerator for ``"auto"``, the strategy for a registry accelerator (the FSDP strategies
+accepted on it), mixed precision on its device type, and its collective backend.
 """
 
 from __future__ import annotations
@@ -57,6 +57,27 @@ def _choose_strategy(original: Any) -> Any:
         return "ddp_fork" if names.get("_IS_INTERACTIVE") else "ddp"
 
     return _choose_strategy
+
+
+def _check_strategy_and_fallback(original: Any) -> Any:
+    @functools.wraps(original)
+    def _check_strategy_and_fallback(self: Any) -> None:
+        if _registry_accelerator(self) is None:
+            return original(self)
+        # Lightning lets its FSDP strategies run only on an accelerator named "cuda"/"gpu" (or its
+        # CUDAAccelerator); torch's FSDP runs on any device with collectives, as the registry's
+        # backends have (accelreg.dist_backend). The flag is read here for that check only, and
+        # for "tpu" (fsdp -> xla_fsdp) and "cpu" (dp -> ddp), neither of which a registry
+        # accelerator is: the rest of Lightning's checks run as they are, on a flag that names
+        # a GPU for the time of the call.
+        flag = self._accelerator_flag
+        self._accelerator_flag = "gpu"
+        try:
+            return original(self)
+        finally:
+            self._accelerator_flag = flag
+
+    return _check_strategy_and_fallback
 
 
 def _check_and_init_precision(original: Any) -> Any:

@@ -10,13 +10,19 @@ from .._machinery import table
 from .._machinery.seams import Adapter, Integration, Seam
 from .connectors import (
     _check_and_init_precision,
+    _check_strategy_and_fallback,
     _choose_auto_accelerator,
     _choose_strategy,
     _process_group_backend,
 )
 from .flavors import FLAVORS, Flavor
 from .names import _register, _register_names, _unregister_names
-from .strategies import _deepspeed_setup_environment, _setup_model, _setup_module
+from .strategies import (
+    _deepspeed_setup_environment,
+    _fsdp_forward_context,
+    _setup_model,
+    _setup_module,
+)
 
 __all__ = ["INTEGRATION", "RELEASES", "disable", "enable", "enabled", "integration_for"]
 
@@ -47,6 +53,13 @@ _SHAPES: dict[str, tuple[str, ...]] = {
     "trainer:ddp": ("bf45fe23d6b1808c",),
     # DeepSpeedStrategy.setup_environment: one shape for both halves in the whole window
     "deepspeed:env": ("8612c1ed66165fcf",),
+    # _check_strategy_and_fallback (the FSDP strategies refused off CUDA): 2.2, 2.3-2.5.1 (type()
+    # is FSDPStrategy), 2.5.2, 2.5.3+ (the Trainer's also accepts a CUDAAccelerator instance)
+    "fabric:fallback": ("cbdd54da72664000", "4a69362e311f6ef4", "6ba93648c4fb792f"),
+    "trainer:fallback": ("6f73af890927ded8", "d0589562dbe8ffa8", "d5395d3f56cc78d6", "05b555c8d05cf51d"),
+    # FSDPPrecision.forward_context (autocast on "cuda"): one shape per half in the whole window
+    "fabric:fsdp_autocast": ("495e33abb620cbdd",),
+    "trainer:fsdp_autocast": ("5a5747ce59e88d40",),
 }
 
 
@@ -73,6 +86,7 @@ def _fabric_seams(pkg: str) -> list[Seam]:
             adapters=(Adapter(RELEASES, _setup_module, shapes=_SHAPES["fabric:ddp"]),),
         ),
         _deepspeed_seam(pkg),
+        _fsdp_autocast_seam(pkg, "fabric"),
         Seam(
             f"{pkg}.accelerators.registry",
             "_AcceleratorRegistry.register",
@@ -94,7 +108,18 @@ def _trainer_seams(pkg: str) -> list[Seam]:
             adapters=(Adapter(RELEASES, _setup_model, shapes=_SHAPES["trainer:ddp"]),),
         ),
         _deepspeed_seam(pkg),
+        _fsdp_autocast_seam(pkg, "trainer"),
     ]
+
+
+def _fsdp_autocast_seam(pkg: str, half: str) -> Seam:
+    """``FSDPPrecision.forward_context`` of Fabric's or the Trainer's package ``pkg``."""
+    return Seam(
+        f"{pkg}.plugins.precision.fsdp",
+        "FSDPPrecision.forward_context",
+        why="FSDP's 16-mixed/bf16-mixed autocast on a registry accelerator's device type, not cuda",
+        adapters=(Adapter(RELEASES, _fsdp_forward_context, shapes=_SHAPES[f"{half}:fsdp_autocast"]),),
+    )
 
 
 def _deepspeed_seam(pkg: str) -> Seam:
@@ -109,7 +134,7 @@ def _deepspeed_seam(pkg: str) -> Seam:
 
 
 def _connector_seams(module: str, cls: str, half: str) -> list[Seam]:
-    """The three decisions Fabric's ``_Connector`` and the Trainer's ``_AcceleratorConnector``
+    """The four decisions Fabric's ``_Connector`` and the Trainer's ``_AcceleratorConnector``
     both make, each with its own source shapes (``half``: ``fabric`` or ``trainer``)."""
     return [
         Seam(
@@ -123,6 +148,13 @@ def _connector_seams(module: str, cls: str, half: str) -> list[Seam]:
             f"{cls}._choose_strategy",
             why="one device of a registry backend gets a single-device strategy on that device, not the cpu",
             adapters=(Adapter(RELEASES, _choose_strategy, shapes=_SHAPES[f"{half}:strategy"]),),
+        ),
+        Seam(
+            module,
+            f"{cls}._check_strategy_and_fallback",
+            why="the FSDP strategies (fsdp, FSDPStrategy) run on a registry accelerator, not only on "
+            "Lightning's CUDA one",
+            adapters=(Adapter(RELEASES, _check_strategy_and_fallback, shapes=_SHAPES[f"{half}:fallback"]),),
         ),
         Seam(
             module,

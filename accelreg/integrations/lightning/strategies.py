@@ -1,5 +1,6 @@
 """Lightning's strategies on a registry accelerator: DDP built with the device's own stream module
-(no ``torch.cuda.Stream``), and the DeepSpeed strategies accepting it (stock: CUDA only).
+(no ``torch.cuda.Stream``), the DeepSpeed strategies accepting it (stock: CUDA only), and FSDP's
+mixed precision autocasting on its device type (stock: ``"cuda"``).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import contextlib
 import functools
 from typing import Any
 
-from .accelerator import RegistryAccelerator
+from .accelerator import AUTOCAST_DEVICE, RegistryAccelerator
 
 
 def _side_stream(device: Any) -> Any:
@@ -59,3 +60,17 @@ def _deepspeed_setup_environment(original: Any) -> Any:
         return super(strategy, self).setup_environment()
 
     return setup_environment
+
+
+def _fsdp_forward_context(original: Any) -> Any:
+    @functools.wraps(original)
+    def forward_context(self: Any) -> Any:
+        device_type = getattr(self, AUTOCAST_DEVICE, None)
+        if device_type is None or "mixed" not in self.precision:
+            return original(self)  # not a registry accelerator's, or no autocast to place
+        import torch
+
+        dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16
+        return torch.autocast(device_type, dtype=dtype)
+
+    return forward_context

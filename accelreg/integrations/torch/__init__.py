@@ -26,6 +26,11 @@ Functions that address the current device of torch's accelerator runtime
 torch's: they agree whenever the registry's backend is torch's accelerator, which is the case
 in every process with one accelerator runtime. Plugin code (a probe bringing a runtime up) sees
 torch's own answers. :func:`report` compares the two for ``accelreg env``.
+
+A second row, ``torch_sharded_tensor`` (:mod:`.sharded`, imported only when its trigger
+``torch.distributed._shard.sharded_tensor`` is), answers torch's ``ShardedTensor`` the device of
+a piece a rank does not hold (torch: ``torch.cuda``), so FSDP's sharded checkpoints load on a
+registry backend.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import warnings
 
 import torch
 
@@ -52,10 +53,36 @@ def _flush_autograd_workers(name: str) -> None:
         pass
 
 
+#: What torch's autograd engine says on a backward pass on a device it has no queue for.
+_NO_QUEUE = "device_ready_queues_"
+
+
 def _warm_up_autograd(name: str) -> None:
-    """Start the autograd engine's device threads now and flush them once more at exit."""
-    for index in range(_device.device_count()):
-        _tiny_backward(name, index)
+    """Start the autograd engine's device threads now and flush them once more at exit.
+
+    torch sizes the engine's per-device queues once per process, at its first backward pass,
+    from the devices registered then. A process that ran a backward pass (on the cpu) before
+    the runtime came up has no queue for its devices: every backward pass on them fails
+    there, as with a vendor runtime imported after one. The runtime still comes up (its
+    tensors, copies and collectives work; a rank that computes on the cpu is unaffected), with
+    one warning that says why backward passes on it fail.
+    """
+    try:
+        for index in range(_device.device_count()):
+            _tiny_backward(name, index)
+    except RuntimeError as exc:
+        if _NO_QUEUE not in str(exc):
+            raise
+        warnings.warn(
+            f"accelreg-emu: a backward pass ran in this process before the emulated {name} "
+            f"runtime came up, so torch's autograd engine has no queue for {name} devices and "
+            f"backward passes on them fail in this process (as with a vendor runtime imported "
+            f"after one): bring the runtime up first (import its package, or ask accelreg: "
+            f"accelreg.resolve())",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return
     atexit.register(_flush_autograd_workers, name)
 
 
