@@ -136,7 +136,9 @@ def _train(tmp: str, **kwargs: Any) -> tuple[Any, Any]:
     from transformers import Trainer
 
     model = gpt2()
-    trainer = Trainer(model=model, args=arguments(tmp, **kwargs), train_dataset=Tokens(8, 1), eval_dataset=Tokens(4, 2))
+    trainer = Trainer(
+        model=model, args=arguments(tmp, **kwargs), train_dataset=Tokens(8, 1), eval_dataset=Tokens(4, 2)
+    )
     trainer.train()
     return trainer, model
 
@@ -170,7 +172,9 @@ def trainer_workflow(tmp: str) -> dict[str, Any]:
         "losses": losses(trainer),
         "weights": digest(model),
         "eval_loss": evaluated["eval_loss"],
-        "predictions": tensor_digest(predicted.predictions[0] if isinstance(predicted.predictions, tuple) else predicted.predictions),
+        "predictions": tensor_digest(
+            predicted.predictions[0] if isinstance(predicted.predictions, tuple) else predicted.predictions
+        ),
         "test_loss": predicted.metrics["test_loss"],
         "rng_keys": sorted(generic(list(states))),
         "device_rng_restored": restored,
@@ -193,7 +197,9 @@ def _precision(tmp: str, flag: str) -> dict[str, Any]:
 
     model = gpt2()
     model.lm_head.register_forward_hook(hook)
-    trainer = Trainer(model=model, args=arguments(tmp, **{flag: True}, max_steps=2), train_dataset=Tokens(8, 1))
+    trainer = Trainer(
+        model=model, args=arguments(tmp, **{flag: True}, max_steps=2), train_dataset=Tokens(8, 1)
+    )
     trainer.train()
     scaler = trainer.accelerator.scaler
     return {
@@ -274,7 +280,10 @@ def bnb_workflow(tmp: str) -> dict[str, Any]:
     folder = os.path.join(tmp, "model")
     gpt2(dropout=0.0).save_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(
-        folder, quantization_config=BitsAndBytesConfig(load_in_8bit=True), device_map="auto", use_kernels=False
+        folder,
+        quantization_config=BitsAndBytesConfig(load_in_8bit=True),
+        device_map="auto",
+        use_kernels=False,
     )
     weight = model.transformer.h[0].attn.c_attn.weight
     out["weight_device"] = str(weight.device)
@@ -315,9 +324,10 @@ def _refused_where_kernels_fail(device: torch.device) -> bool:
 def stock_workflow(tmp: str) -> dict[str, Any]:
     """The same questions to the libraries without accelreg's integrations (the canary: where
     they fall through for a device type they do not know)."""
-    import accelreg.integrations
     from transformers import pipeline
     from transformers.utils import import_utils
+
+    import accelreg.integrations
 
     accelreg.integrations.uninstall()
     try:

@@ -45,6 +45,7 @@ from typing import Any
 
 import pytest
 import torch
+from packaging.version import Version
 
 import accelreg
 import accelreg.integrations

@@ -161,7 +161,9 @@ def _comparable(workflow: str, got: dict[str, Any], ref: dict[str, Any], name: s
 
 
 @pytest.fixture(params=emu_names(("emu", *OTHER_NAMES))[1:])  # every name after emu: slow
-def other(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
+def other(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, dict[str, Any]]:
     got = results(request.param, tmp_path_factory.mktemp("parity"))
     assert got["device_type"] == request.param
     return request.param, got

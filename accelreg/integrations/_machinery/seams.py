@@ -480,7 +480,9 @@ class Integration:
             except ImportError:
                 pass
         replacement = adapter.make(getattr(original, "__func__", original))
-        for target in {id(t): t for t in (getattr(replacement, "__func__", replacement), _function(replacement))}.values():
+        for target in {
+            id(t): t for t in (getattr(replacement, "__func__", replacement), _function(replacement))
+        }.values():
             try:
                 setattr(target, _MARK, original)
             except AttributeError:

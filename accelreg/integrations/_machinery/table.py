@@ -154,7 +154,13 @@ ROWS: tuple[Row, ...] = (
         f"{_PKG}.accelerate.launch",
         *_ACCELERATE,
     ),
-    Row("transformers", ("transformers",), "transformers.modeling_utils", f"{_PKG}.transformers", *_TRANSFORMERS),
+    Row(
+        "transformers",
+        ("transformers",),
+        "transformers.modeling_utils",
+        f"{_PKG}.transformers",
+        *_TRANSFORMERS,
+    ),
     # The Trainer's side of transformers, each on the import of the module that holds it (a process
     # that only loads models never imports them; training_args alone costs seconds: it imports peft
     # and bitsandbytes): TrainingArguments' device and mixed precision, the Trainer's checkpoints,
@@ -166,7 +172,13 @@ ROWS: tuple[Row, ...] = (
         f"{_PKG}.transformers.training",
         *_TRANSFORMERS,
     ),
-    Row("transformers_trainer", ("transformers",), "transformers.trainer", f"{_PKG}.transformers.trainer", *_TRANSFORMERS),
+    Row(
+        "transformers_trainer",
+        ("transformers",),
+        "transformers.trainer",
+        f"{_PKG}.transformers.trainer",
+        *_TRANSFORMERS,
+    ),
     Row(
         "transformers_pipelines",
         ("transformers",),

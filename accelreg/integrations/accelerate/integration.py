@@ -115,6 +115,21 @@ INTEGRATION = Integration(
             adapters=(Adapter(RELEASES, _set_device, shapes=_SHAPES["set_device"], params=("self",)),),
         ),
         Seam(
+            "accelerate.accelerator",
+            "Accelerator.__init__",
+            why="fp16 mixed precision on a registry device that computes in float16 (accelreg.capabilities()), "
+            "with autocast and a gradient scaler for its device type; refused where the registry says it does not",
+            adapters=(
+                Adapter(
+                    RELEASES,
+                    accelerator_init,
+                    shapes=_SHAPES["accelerator_init"],
+                    params=("self", "rng_types"),
+                ),
+            ),
+            instead="train in bf16 or fp32 on a device type outside accelerate's list",
+        ),
+        Seam(
             "accelerate.checkpointing",
             "load_accelerator_state",
             _load_accelerator_state,
@@ -145,16 +160,6 @@ INTEGRATION = Integration(
             params=("distributed_type", "kwargs"),
             importers=("accelerate.utils", "accelerate.accelerator"),
             why="fp16's gradient scaler for the registry's device type (not cuda's, disabled where there is no CUDA)",
-        ),
-        Seam(
-            "accelerate.accelerator",
-            "Accelerator.__init__",
-            why="fp16 mixed precision on a registry device that computes in float16 (accelreg.capabilities()), "
-            "with autocast and a gradient scaler for its device type; refused where the registry says it does not",
-            adapters=(
-                Adapter(RELEASES, accelerator_init, shapes=_SHAPES["accelerator_init"], params=("self", "rng_types")),
-            ),
-            instead="train in bf16 or fp32 on a device type outside accelerate's list",
         ),
     ],
     scan_prefixes=LIBRARIES,

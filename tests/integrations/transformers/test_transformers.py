@@ -21,8 +21,8 @@ import accelreg
 import accelreg.integrations as integrations
 from accelreg import DeviceError, DeviceMapError, importwatch
 from accelreg.errors import IntegrationError, PlacementError
-from accelreg.plugin import PlacementRule
 from accelreg.integrations._machinery import seams as _seams
+from accelreg.plugin import PlacementRule
 
 from ..._fakes import plugin, spec
 from .._support import (
@@ -307,11 +307,19 @@ def test_bitsandbytes_default_device_map_comes_from_the_registry(installed):
 
     def rules(backend):
         if backend == "fakeipu":
-            yield PlacementRule(backend="fakeipu", quant_method="bnb_8bit", module_classes=("Linear8bitLt",),
-                                param="weight", travelling_keys=("weight", "SCB"), bits_per_element=8,
-                                unsupported=why)
+            yield PlacementRule(
+                backend="fakeipu",
+                quant_method="bnb_8bit",
+                module_classes=("Linear8bitLt",),
+                param="weight",
+                travelling_keys=("weight", "SCB"),
+                bits_per_element=8,
+                unsupported=why,
+            )
 
-    accelreg.register(plugin(spec("fakeipu", 2, priority=100, device_type="ipu"), rules=rules), "fakeplugin_ipu")
+    accelreg.register(
+        plugin(spec("fakeipu", 2, priority=100, device_type="ipu"), rules=rules), "fakeplugin_ipu"
+    )
     with pytest.raises(PlacementError, match=r"bnb_8bit weights cannot be placed on 'fakeipu': " + why):
         quantizer.update_device_map(None)
 
