@@ -81,7 +81,8 @@ def kernels_unsupported(backend: str, quant_method: str) -> str:
     A behaviour probe, not bitsandbytes' list of device names (``supported_torch_devices``):
     bitsandbytes dispatches its operators through torch, and its default kernels, written in
     torch operators, run on any device whose runtime computes them. The probe runs what a
-    quantized load and its forward run, on tensors of a few hundred bytes on device 0: 8-bit,
+    quantized load and its forward run, on tensors of a few hundred bytes on the runtime's current
+    device (a launched rank's own: no other device is touched): 8-bit,
     the row-wise quantization and the int8 matrix multiply; 4-bit, quantizing and dequantizing
     a block. It runs only when bitsandbytes is already imported and the backend is torch's
     device type of that name with its runtime up (nothing is known otherwise, and nothing is
@@ -95,7 +96,8 @@ def kernels_unsupported(backend: str, quant_method: str) -> str:
     try:
         if runtime is None or not runtime.is_available():
             return ""
-        device = torch.device(backend, 0)
+        current = getattr(runtime, "current_device", None)  # this process's device: no other is touched
+        device = torch.device(backend, current() if callable(current) else 0)
     except Exception:  # noqa: BLE001 - not a device type of torch's here: nothing is known
         return ""
     try:
