@@ -283,7 +283,6 @@ def bnb_workflow(tmp: str) -> dict[str, Any]:
         folder,
         quantization_config=BitsAndBytesConfig(load_in_8bit=True),
         device_map="auto",
-        use_kernels=False,
     )
     weight = model.transformer.h[0].attn.c_attn.weight
     out["weight_device"] = str(weight.device)
