@@ -176,3 +176,24 @@ def test_every_workflow_equals_emus_under_every_name(
     name, got = other
     mine, theirs = _comparable(workflow, got[workflow], emu[workflow], name)
     assert mine == theirs
+
+
+_DISABLED = """
+import json, torch_npu
+import accelreg
+accelreg.install()
+from transformers import TrainingArguments
+a = TrainingArguments("out", report_to=[])
+print(json.dumps([str(a.device), a.n_gpu]))
+"""
+
+
+@pytest.mark.slow
+def test_training_arguments_never_use_a_backend_the_registry_would_not_choose(tmp_path: Path) -> None:
+    """npu disabled in accelreg (``ACCELREG_DISABLE``) while its runtime is up: transformers' own
+    list finds npu (``npu:0``, ``n_gpu`` 1 stock); under ``install()`` the process trains on the
+    cpu, the registry's answer."""
+    from accelreg.testing import run_python
+
+    got = run_python(_DISABLED, name="npu", env={"ACCELREG_DISABLE": "npu"}, cwd=tmp_path).value
+    assert got == ["cpu", 0]
