@@ -52,6 +52,7 @@ DEFAULT_SECONDS = {
     "tests/deepspeed/test_multinode.py": 35,
     "tests/test_env_report.py": 30,
     "tests/emu/test_launch.py": 30,
+    "tests/emu/test_parity.py": 25,
     "tests/test_import_safety.py": 25,
     "tests/integrations/transformers/test_transformers.py": 25,
 }

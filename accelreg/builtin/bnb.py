@@ -6,9 +6,11 @@ elements and a 16-entry float32 quantization map. A quantized weight can only be
 bitsandbytes runs it: on an accelerator it may not be offloaded to cpu or disk (an offloaded
 layer must stay unquantized, as transformers' ``llm_int8_enable_fp32_cpu_offload`` does); on
 the cpu backend the cpu *is* its device. Where bitsandbytes cannot quantize 8-bit weights onto a
-backend's devices (:func:`eight_bit_unsupported`), the 8-bit rule for that backend says so and
-:func:`accelreg.placement_rule` refuses to place them there, up front; layers that already live
-there still load through the rule's adapters.
+backend's devices (:func:`eight_bit_unsupported`), or its kernels do not run a method there
+(:func:`kernels_unsupported`, a behaviour probe of bitsandbytes itself, never its list of
+device names), the rule for that backend says so and :func:`accelreg.placement_rule` refuses
+to place them there, up front; layers that already live there still load through the rule's
+adapters.
 """
 
 from __future__ import annotations
@@ -67,6 +69,53 @@ def eight_bit_unsupported(backend: str) -> str:
     )
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+
+
+def kernels_unsupported(backend: str, quant_method: str) -> str:
+    """Why bitsandbytes' kernels do not run ``quant_method`` (``"bnb_8bit"``, ``"bnb_4bit"``) on
+    ``backend``'s devices; ``""`` when they do or nothing is known.
+
+    A behaviour probe, not bitsandbytes' list of device names (``supported_torch_devices``):
+    bitsandbytes dispatches its operators through torch, and its default kernels, written in
+    torch operators, run on any device whose runtime computes them. The probe runs what a
+    quantized load and its forward run, on tensors of a few hundred bytes on the runtime's current
+    device (a launched rank's own: no other device is touched): 8-bit,
+    the row-wise quantization and the int8 matrix multiply; 4-bit, quantizing and dequantizing
+    a block. It runs only when bitsandbytes is already imported and the backend is torch's
+    device type of that name with its runtime up (nothing is known otherwise, and nothing is
+    refused); never for the cpu backend, where the cpu is the device.
+    """
+    torch = sys.modules.get("torch")
+    functional = sys.modules.get("bitsandbytes.functional")
+    if torch is None or functional is None or backend == "cpu":
+        return ""
+    runtime = getattr(torch, backend, None)
+    try:
+        if runtime is None or not runtime.is_available():
+            return ""
+        current = getattr(runtime, "current_device", None)  # this process's device: no other is touched
+        device = torch.device(backend, current() if callable(current) else 0)
+    except Exception:  # noqa: BLE001 - not a device type of torch's here: nothing is known
+        return ""
+    try:
+        if quant_method == "bnb_8bit":
+            rows, _scales, _outliers = functional.int8_vectorwise_quant(
+                torch.ones(2, 64, dtype=torch.float16, device=device)
+            )
+            functional.int8_linear_matmul(rows, rows)
+        else:
+            packed, state = functional.quantize_4bit(torch.ones(64, 2, dtype=torch.float16, device=device))
+            functional.dequantize_4bit(packed, state)
+    except Exception as exc:  # noqa: BLE001 - the answer is that bitsandbytes does not run there
+        version = getattr(sys.modules.get("bitsandbytes"), "__version__", "")
+        bits = "8-bit" if quant_method == "bnb_8bit" else "4-bit"
+        return f"bitsandbytes {version} cannot run its {bits} kernels on {backend} ({_first_line(exc)})"
+    return ""
+
+
 @hookimpl
 def accelreg_placement_rules(backend: str):
     offload = frozenset({"cpu"}) if backend == "cpu" else frozenset()
@@ -85,10 +134,10 @@ def accelreg_placement_rules(backend: str):
         after_load=bnb_load.after_load_8bit,
     )
     yield eight
-    reason = eight_bit_unsupported(backend)
+    reason = eight_bit_unsupported(backend) or kernels_unsupported(backend, "bnb_8bit")
     if reason:  # exact beats "*"; the load adapters stay (a layer already there loads fine)
         yield dataclasses.replace(eight, backend=backend, unsupported=reason)
-    yield PlacementRule(
+    four = PlacementRule(
         backend="*",
         quant_method="bnb_4bit",
         module_classes=FOUR_BIT_CLASSES,
@@ -102,3 +151,7 @@ def accelreg_placement_rules(backend: str):
         provider=PROVIDER,
         before_load=bnb_load.before_load_4bit,
     )
+    yield four
+    reason = kernels_unsupported(backend, "bnb_4bit")
+    if reason:
+        yield dataclasses.replace(four, backend=backend, unsupported=reason)

@@ -41,6 +41,9 @@ from ._support import NAMES, ROOT, Snapshot, _fake_version, _integration, _modul
 MIN_HOLDERS = {
     "accelerate": 12,
     "transformers": 5,
+    "transformers_training": 6,  # _setup_devices on its class, the precision checks and their importers
+    "transformers_trainer": 2,  # the Trainer's two random-state methods
+    "transformers_pipelines": 1,  # Pipeline.__init__
     "peft": 6,
     "deepspeed": 1,
     "ray": 5,
@@ -171,6 +174,9 @@ def test_a_module_imported_after_enable_is_restored_too(name, late_module, sourc
 UNTESTED = {
     "accelerate": "1.17.0",
     "transformers": "5.26.0",
+    "transformers_training": "5.26.0",
+    "transformers_trainer": "5.26.0",
+    "transformers_pipelines": "5.26.0",
     "peft": "0.22.0",
     "deepspeed": "0.20.0",
     "ray": "2.61.0",
@@ -233,10 +239,11 @@ def test_install_on_untested_releases_enables_every_integration(monkeypatch):
         _fake_version(monkeypatch, _integration(name).distribution, UNTESTED[name])
     with pytest.warns(integrations.IntegrationWarning, match="outside the releases") as caught:
         assert accelreg.install() == list(NAMES)
-    # one per integration of those libraries (accelerate has two: the library and its command line),
-    # before anything was patched
+    # one per integration of those libraries (accelerate has two: the library and its command line;
+    # transformers four: model loading, TrainingArguments, the Trainer, the pipelines), before
+    # anything was patched
     faked = {_integration(n).distribution for n in ("transformers", "accelerate")}
-    assert len(caught) == len([n for n in NAMES if _integration(n).distribution in faked]) == 3
+    assert len(caught) == len([n for n in NAMES if _integration(n).distribution in faked]) == 6
     assert all(_integration(n).enabled for n in NAMES)
 
 

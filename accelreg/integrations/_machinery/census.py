@@ -50,7 +50,10 @@ __all__ = [
 CLASSES = ("answered", "through_accelerator", "harmless", "open")
 #: Census library -> (its distributions, the integrations whose seams answer its sites).
 LIBRARIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "transformers": (("transformers",), ("transformers",)),
+    "transformers": (
+        ("transformers",),
+        ("transformers", "transformers_training", "transformers_trainer", "transformers_pipelines"),
+    ),
     "accelerate": (("accelerate",), ("accelerate", "accelerate_launch")),
     "peft": (("peft",), ("peft",)),
     "deepspeed": (("deepspeed",), ("deepspeed",)),

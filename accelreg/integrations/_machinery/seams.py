@@ -20,6 +20,7 @@ holds its own reference, so the replacement is installed in every such holder, a
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
@@ -522,11 +523,13 @@ class Integration:
         seam, owner, original, adapter = m.seam, m.owner, m.original, m.adapter
         assert adapter is not None and adapter.make is not None
         replacement = adapter.make(getattr(original, "__func__", original))
-        target = getattr(replacement, "__func__", replacement)
-        try:
-            setattr(target, _MARK, original)
-        except AttributeError:
-            pass
+        for target in {
+            id(t): t for t in (getattr(replacement, "__func__", replacement), _function(replacement))
+        }.values():
+            try:
+                setattr(target, _MARK, original)
+            except AttributeError:
+                pass
         if isinstance(original, staticmethod):
             replacement = staticmethod(replacement)
         elif isinstance(original, classmethod):
@@ -730,6 +733,8 @@ def _fits(
 def _function(original: Any) -> Any:
     if isinstance(original, property):
         return original.fget
+    if isinstance(original, functools.cached_property):
+        return original.func
     return getattr(original, "__func__", original)
 
 

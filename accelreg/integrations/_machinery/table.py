@@ -136,6 +136,8 @@ _PKG = "accelreg.integrations"
 _ACCELERATE = (">=1.10,<1.17", {"oldest": "1.10.1", "middle": "1.13.0", "newest": "1.16.0"})
 _RAY = (">=2.50,<2.61", {"oldest": "2.50.1", "middle": "2.55.1", "newest": "2.60.0"})
 _LIGHTNING = (">=2.2,<2.7", {"oldest": "2.2.5", "middle": "2.4.0", "newest": "2.6.6"})
+#: The releases every transformers row serves (the library's model loading, its Trainer, its pipelines).
+_TRANSFORMERS = ("~=4.57.0 | >=5.0,<5.26", {"oldest": "4.57.6", "middle": "5.3.0", "newest": "5.25.0"})
 
 #: The built-in integrations, in the order ``install()`` enables them. Each row is data: reading
 #: it imports no integration, so ``install()`` imports a library's folder only once the library
@@ -157,8 +159,32 @@ ROWS: tuple[Row, ...] = (
         ("transformers",),
         "transformers.modeling_utils",
         f"{_PKG}.transformers",
-        "~=4.57.0 | >=5.0,<5.26",
-        {"oldest": "4.57.6", "middle": "5.3.0", "newest": "5.25.0"},
+        *_TRANSFORMERS,
+    ),
+    # The Trainer's side of transformers, each on the import of the module that holds it (a process
+    # that only loads models never imports them; training_args alone costs seconds: it imports peft
+    # and bitsandbytes): TrainingArguments' device and mixed precision, the Trainer's checkpoints,
+    # and the pipelines' device.
+    Row(
+        "transformers_training",
+        ("transformers",),
+        "transformers.training_args",
+        f"{_PKG}.transformers.training",
+        *_TRANSFORMERS,
+    ),
+    Row(
+        "transformers_trainer",
+        ("transformers",),
+        "transformers.trainer",
+        f"{_PKG}.transformers.trainer",
+        *_TRANSFORMERS,
+    ),
+    Row(
+        "transformers_pipelines",
+        ("transformers",),
+        "transformers.pipelines",
+        f"{_PKG}.transformers.pipelines",
+        *_TRANSFORMERS,
     ),
     Row(
         "peft",

@@ -13,6 +13,7 @@ from .modeling import (
     _get_max_memory,
     _set_module_tensor_to_device,
 )
+from .precision import accelerator_init, get_grad_scaler, is_bf16_available, is_fp16_available
 from .state import _default_device, _prepare_backend, _set_device
 
 __all__ = ["INTEGRATION", "RELEASES", "ROW", "TESTED", "disable", "enable", "enabled"]
@@ -36,7 +37,16 @@ _SHAPES: dict[str, tuple[str, ...]] = {
         "bd8cddd49da1bfb5",
         "2a1ece00f5337397",
     ),
+    # Accelerator.__init__: 1.10, 1.11-1.12, 1.13-1.14, 1.15, 1.16 (the fp16 check asks torch)
+    "accelerator_init": (
+        "1817cb463d440a06",
+        "3940d7c6f9e72709",
+        "8cbe494ffce85e0e",
+        "4bef933b54343b7b",
+        "c606d80681ee4373",
+    ),
 }
+_IMPORTS = "accelerate.utils.imports"
 
 #: The releases both accelerate integrations serve (the library and its command line), and the
 #: ones the release matrix runs.
@@ -103,6 +113,44 @@ INTEGRATION = Integration(
             why="rank r on <backend>:r (the registry's resolve()); a launched rank silently on the cpu "
             "is a DeviceError",
             adapters=(Adapter(RELEASES, _set_device, shapes=_SHAPES["set_device"], params=("self",)),),
+        ),
+        Seam(
+            "accelerate.accelerator",
+            "Accelerator.__init__",
+            why="fp16 mixed precision on a registry device that computes in float16 (accelreg.capabilities()), "
+            "with autocast and a gradient scaler for its device type; refused where the registry says it does not",
+            adapters=(
+                Adapter(
+                    RELEASES,
+                    accelerator_init,
+                    shapes=_SHAPES["accelerator_init"],
+                    params=("self", "rng_types"),
+                ),
+            ),
+            instead="train in bf16 or fp32 on a device type outside accelerate's list",
+        ),
+        Seam(
+            _IMPORTS,
+            "is_bf16_available",
+            is_bf16_available,
+            params=("ignore_tpu",),
+            importers=("accelerate.utils", "accelerate.accelerator"),
+            why="bf16 on the registry's accelerator answered by accelreg.capabilities()",
+        ),
+        Seam(
+            _IMPORTS,
+            "is_fp16_available",
+            is_fp16_available,
+            importers=("accelerate.utils",),
+            why="fp16 on the registry's accelerator answered by accelreg.capabilities()",
+        ),
+        Seam(
+            _MODELING,
+            "get_grad_scaler",
+            get_grad_scaler,
+            params=("distributed_type", "kwargs"),
+            importers=("accelerate.utils", "accelerate.accelerator"),
+            why="fp16's gradient scaler for the registry's device type (not cuda's, disabled where there is no CUDA)",
         ),
     ],
     scan_prefixes=LIBRARIES,

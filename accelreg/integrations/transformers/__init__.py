@@ -53,7 +53,10 @@ through the registry) and its ``expand_device_map`` already matches exact dotted
 (nothing to fix there).
 
 The folder: :mod:`.device_map`, :mod:`.quantizers` and :mod:`.kernels` (the seams, by what they
-decide) and :mod:`.integration` (the row's ``INTEGRATION``).
+decide) and :mod:`.integration` (the row's ``INTEGRATION``). Three more rows of the same library
+live here, each enabled when the module holding its seams is imported: :mod:`.training`
+(``TrainingArguments``' device and mixed precision, with :mod:`.precision`), :mod:`.trainer` (the
+Trainer's random state in checkpoints) and :mod:`.pipelines` (a pipeline's integer device).
 """
 
 from __future__ import annotations

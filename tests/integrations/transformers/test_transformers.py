@@ -22,6 +22,7 @@ import accelreg.integrations as integrations
 from accelreg import DeviceError, DeviceMapError, importwatch
 from accelreg.errors import IntegrationError, PlacementError
 from accelreg.integrations._machinery import seams as _seams
+from accelreg.plugin import PlacementRule
 
 from ..._fakes import plugin, spec
 from .._support import (
@@ -296,8 +297,30 @@ def test_bitsandbytes_default_device_map_comes_from_the_registry(installed):
     accelreg.register(plugin(spec("xpu", 2, priority=100)), "fakeplugin_xpu")
     assert quantizer.update_device_map(None) == {"": "xpu:0"}
     accelreg.reset()
+    # a backend in no list of bitsandbytes' whose runtime says nothing: nothing is refused (the
+    # built-in rules probe bitsandbytes' kernels only on a runtime that is up)
     accelreg.register(plugin(spec("fakeipu", 2, priority=100, device_type="ipu")), "fakeplugin_ipu")
-    with pytest.raises(PlacementError, match=r"bitsandbytes .* cannot run on ipu \(it supports .*cpu"):
+    assert quantizer.update_device_map(None) == {"": "ipu:0"}
+    accelreg.reset()
+    # a placement rule that says bitsandbytes cannot place 8-bit weights there: refused, with its reason
+    why = "the ipu runtime has no int8 matrix multiply"
+
+    def rules(backend):
+        if backend == "fakeipu":
+            yield PlacementRule(
+                backend="fakeipu",
+                quant_method="bnb_8bit",
+                module_classes=("Linear8bitLt",),
+                param="weight",
+                travelling_keys=("weight", "SCB"),
+                bits_per_element=8,
+                unsupported=why,
+            )
+
+    accelreg.register(
+        plugin(spec("fakeipu", 2, priority=100, device_type="ipu"), rules=rules), "fakeplugin_ipu"
+    )
+    with pytest.raises(PlacementError, match=r"bnb_8bit weights cannot be placed on 'fakeipu': " + why):
         quantizer.update_device_map(None)
 
 
