@@ -106,11 +106,15 @@ def _fp16_support(accelerator: Any) -> tuple[bool | None, str]:
 
 def _refused_fp16(accelerator: Any, exc: ValueError) -> bool:
     """Whether ``exc`` is accelerate refusing fp16 on a registry device that the registry says
-    computes in float16 (and nothing else: FSDP2's scaler, MPS, TPU are accelerate's own)."""
-    if not str(exc).startswith("fp16 mixed precision") or "MPS" in str(exc):
-        return False
+    computes in float16: its refusal names the device type (``requires a GPU (not 'emu')``,
+    ``requires a device in [...] (not 'emu')``, ``is not supported on 'emu'``); anything else
+    (FSDP2's scaler, a torch release too old for a device, TPU) is accelerate's own."""
     state = getattr(accelerator, "state", None)
     if state is None or state.mixed_precision != "fp16":
+        return False
+    device_type = getattr(getattr(state, "device", None), "type", None)
+    message = str(exc)
+    if not message.startswith("fp16 mixed precision") or f"{device_type!r}" not in message:
         return False
     try:
         if accelerator.is_fsdp2:
