@@ -65,7 +65,17 @@ def saved_lora(checkpoint: str) -> tuple[dict[str, Any], str]:
     """
     from safetensors.torch import load_file
 
-    saved = load_file(os.path.join(checkpoint, "adapter_model.safetensors"))
+    path = os.path.join(checkpoint, "adapter_model.safetensors")
+    try:
+        saved = load_file(path)
+    except Exception:
+        # safetensors 0.4.3 (the oldest release set's) writes an empty dict with metadata as a
+        # header it cannot read back ('{},"__metadata__":...'): that empty adapter file is the case
+        # above, and the weights are in DeepSpeed's checkpoint
+        with open(path, "rb") as fh:
+            if b'{},"__metadata__"' not in fh.read(64):
+                raise
+        saved = {}
     if any("lora_" in k for k in saved) or not glob.glob(os.path.join(checkpoint, "global_step*")):
         return saved, "adapter file"
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint

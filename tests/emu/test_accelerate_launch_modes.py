@@ -241,13 +241,14 @@ LAUNCHES: dict[str, tuple[tuple[str, ...], int]] = {
     "machines": ((), 2),
 }
 #: What each launch's ranks say: distributed type (None: the backend's multi-process type), ZeRO
-#: stage (accelerate's default is 2; the config file says 1), and the cpu run whose trained model
-#: theirs equals: accelerate gives DeepSpeed a gradient clipping of 1.0 (also beside a DeepSpeed
-#: config file that sets none; ``clipped``: the cpu run clips the same), the others clip nothing.
+#: stage (accelerate's default is 2; the config file says 1), and the cpu runs whose trained model
+#: theirs equals: accelerate gives DeepSpeed a gradient clipping of 1.0 (``clipped``: the cpu run
+#: clips the same), the others clip nothing. Beside a DeepSpeed config file that sets none,
+#: accelerate 1.16 fills in 1.0 and 1.10 leaves it unset: either run (``plain|clipped``).
 EXPECT: dict[str, tuple[str | None, int | None, str]] = {
     "deepspeed": ("DEEPSPEED", 2, "clipped"),
     "deepspeed-zero2": ("DEEPSPEED", 2, "clipped"),
-    "deepspeed-config": ("DEEPSPEED", 1, "clipped"),
+    "deepspeed-config": ("DEEPSPEED", 1, "plain|clipped"),
     "deepspeed-standard": ("DEEPSPEED", 2, "clipped"),
     "fsdp": ("FSDP", None, "plain"),
     "multi-gpu": (None, None, "plain"),
@@ -370,8 +371,13 @@ def test_each_mode_trains_rank_r_on_device_r_with_the_registrys_collectives(
         else:
             assert rank["masks"] == {} and rank["emulated_visible"] == [0, 1], rank
     trained = _flat(ranks[0]["full"])
-    assert _close(trained, _reference(jobs, reference)), (
-        f"the trained model differs from the {reference} cpu run"
+    assert any(_close(trained, _reference(jobs, ref)) for ref in reference.split("|")), (
+        f"the trained model differs from the {reference} cpu run (largest difference from each: "
+        + ", ".join(
+            f"{ref} {max(abs(a - b) for a, b in zip(trained, _reference(jobs, ref), strict=True)):.2e}"
+            for ref in ("plain", "clipped")
+        )
+        + ")"
     )
     if name != NAMES[0]:  # a name accelerate knows and one it has never heard of: the same numbers
         assert trained == _flat(jobs[f"{NAMES[0]}-{mode}"].ranks(2)[0]["full"]), (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .._machinery import table
 from .._machinery.seams import LIBRARIES, Adapter, Integration, Seam
+from .fsdp import fsdp_plugin_post_init
 from .modeling import (
     _MODELING,
     _clear_device_cache,
@@ -47,6 +48,16 @@ _SHAPES: dict[str, tuple[str, ...]] = {
     ),
 }
 _IMPORTS = "accelerate.utils.imports"
+#: FullyShardedDataParallelPlugin.__post_init__: 1.10, 1.11, 1.12-1.13, 1.14 (neuron), 1.15 end
+#: their ladder in a RuntimeError (patched); 1.16 asks torch.accelerator (nothing to patch)
+_FSDP_POST_INIT = (
+    "eaf82bc6cb8b1ecb",
+    "2764df66cc7a542c",
+    "2158d16d88c95587",
+    "eec0810db732a51f",
+    "db23bafb85df8f83",
+)
+_FSDP_POST_INIT_116 = ("1fd2aca176a5fb44",)
 
 #: The releases both accelerate integrations serve (the library and its command line), and the
 #: ones the release matrix runs.
@@ -151,6 +162,22 @@ INTEGRATION = Integration(
             params=("distributed_type", "kwargs"),
             importers=("accelerate.utils", "accelerate.accelerator"),
             why="fp16's gradient scaler for the registry's device type (not cuda's, disabled where there is no CUDA)",
+        ),
+        Seam(
+            "accelerate.utils.dataclasses",
+            "FullyShardedDataParallelPlugin.__post_init__",
+            why="FSDP's sync_module_states initialises parameters on the registry backend's device type "
+            "where accelerate's ladder of device types finds none (it raised 'no available devices')",
+            adapters=(
+                Adapter(">=1.10,<1.16", fsdp_plugin_post_init, shapes=_FSDP_POST_INIT, params=("self",)),
+                Adapter(
+                    ">=1.16,<1.17",
+                    None,
+                    shapes=_FSDP_POST_INIT_116,
+                    note="torch.accelerator's device type: nothing to patch",
+                ),
+            ),
+            instead="FullyShardedDataParallelPlugin(sync_module_states=False), or accelerate 1.16",
         ),
     ],
     scan_prefixes=LIBRARIES,
