@@ -6,6 +6,12 @@ the Trainer only accepts a LightningModule of its own package.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -68,6 +74,32 @@ def tiny(L: Any) -> Any:
 def params(model: torch.nn.Module) -> list[torch.Tensor]:
     """The model's parameters, on the host."""
     return [p.detach().cpu().clone() for p in model.parameters()]
+
+
+def run_script(
+    tmp_path: Path, script: Path, args: list[str], env: dict[str, str], timeout: float
+) -> dict[str, dict]:
+    """Run a Lightning script (its ranks write ``<rank>.json`` into ``tmp_path``) in its own
+    process group, killed when it is done however it ends (Lightning's children included);
+    returns the ranks' records."""
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 0, output[-6000:]
+    return {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
 
 
 def __getattr__(name: str) -> Any:

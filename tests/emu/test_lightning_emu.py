@@ -18,11 +18,7 @@ runs are a script started in its own process group, which the test kills whateve
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,7 +30,7 @@ from accelreg.integrations import lightning as ar_lightning
 from accelreg.integrations.lightning import RegistryAccelerator
 from accelreg.testing.environ import emu_environ
 
-from .._lightning import QUIET, data, params, tiny
+from .._lightning import QUIET, data, params, run_script, tiny
 
 pytestmark = [pytest.mark.slow, pytest.mark.emu]
 
@@ -181,24 +177,7 @@ def _run_ddp(tmp_path: Path, strategy: str, script: Path = DDP_SCRIPT, *args: st
     """Run the DDP script in its own process group; the group (Lightning's children included)
     is killed when it is done, however it ends."""
     env = emu_environ("npu", 2, OMP_NUM_THREADS="1", TORCHDYNAMO_DISABLE="1")
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path), strategy, *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=300)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, output[-6000:]
-    return {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    return run_script(tmp_path, script, [strategy, *args], env, timeout=300)
 
 
 def _same_training_on_the_cpu(batches0: list, batches1: list) -> tuple[list[torch.Tensor], float]:

@@ -19,11 +19,6 @@ Each run is a script started in its own process group, which the test kills what
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +28,7 @@ pytest.importorskip("lightning", reason="the Lightning tests need lightning (the
 
 from accelreg.testing.environ import emu_environ
 
-from .._lightning import tiny
+from .._lightning import run_script, tiny
 
 pytestmark = pytest.mark.emu
 
@@ -121,24 +116,7 @@ SHARDED = {"fsdp": (False, True), "FSDPStrategy": (True, False), "ModelParallelS
 
 def _run(tmp_path: Path, spec: str, name: str, accelerator: str, import_name: str) -> dict[str, dict]:
     env = emu_environ(name, 2, OMP_NUM_THREADS="1", TORCHDYNAMO_DISABLE="1")
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(tmp_path), spec, accelerator, import_name],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=400)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, output[-6000:]
-    return {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    return run_script(tmp_path, SCRIPT, [spec, accelerator, import_name], env, timeout=400)
 
 
 def _same_training_on_the_cpu(batches0: list, batches1: list) -> list[list[float]]:
