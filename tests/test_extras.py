@@ -72,3 +72,38 @@ def _check_own_requirements() -> None:
             req = Requirement(text)
             version = metadata.version(req.name)
             assert req.specifier.contains(version, prereleases=True), f"{text} excludes installed {version}"
+
+
+def test_the_test_extra_is_the_window_the_table_serves() -> None:
+    """The dev environment (``.[dev]``, which CI installs) takes each host library's newest
+    release *inside* the window its integration serves: a release the table does not serve yet
+    cannot land in CI unannounced, and the bound moves with the table."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    from packaging.requirements import Requirement
+
+    from accelreg.integrations import table
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    bounds = {
+        Requirement(text).name: Requirement(text).specifier
+        for text in extras["test"]
+        if not text.startswith("accelreg")
+    }
+    checked = set()
+    for row in table.ROWS:
+        upper = re.search(r"<([0-9.]+)$", row.releases)
+        if row.follower or "newest" not in row.tested or upper is None:
+            continue  # torch is pinned by the set-up command; vLLM has a layer of its own
+        for dist in row.distributions:
+            if dist not in bounds:
+                continue
+            spec = bounds[dist]
+            assert spec.contains(row.tested["newest"]), (dist, str(spec), row.tested["newest"])
+            assert not spec.contains(upper.group(1)), (dist, str(spec), row.releases)
+            checked.add(dist)
+    expected = {"transformers", "accelerate", "peft", "safetensors", "deepspeed", "ray", "lightning",
+                "pytorch-lightning"}  # fmt: skip
+    assert checked == expected, checked

@@ -177,7 +177,7 @@ UNTESTED = {
     "transformers_training": "5.26.0",
     "transformers_trainer": "5.26.0",
     "transformers_pipelines": "5.26.0",
-    "peft": "0.22.0",
+    "peft": "0.23.0",
     "deepspeed": "0.20.0",
     "ray": "2.61.0",
     "ray_train": "2.61.0",
@@ -492,7 +492,7 @@ def test_env_names_an_untested_release_whose_seams_all_match(monkeypatch, capsys
     assert item["install"] == "install() would enable it (when peft is imported)"
     assert cli.main(["env"]) == 0
     out = capsys.readouterr().out
-    assert "peft 0.30.0: outside the releases it serves (>=0.17,<0.22); all seams match" in out
+    assert "peft 0.30.0: outside the releases it serves (>=0.17,<0.23); all seams match" in out
 
 
 def test_status_tracks_this_process():

@@ -191,8 +191,8 @@ ROWS: tuple[Row, ...] = (
         ("peft",),
         "peft",
         f"{_PKG}.peft",
-        ">=0.17,<0.22",
-        {"oldest": "0.17.1", "middle": "0.19.1", "newest": "0.21.2"},
+        ">=0.17,<0.23",
+        {"oldest": "0.17.1", "middle": "0.19.1", "newest": "0.22.0"},
     ),
     # safetensors' torch entry points take a device its Rust core checks against a list of its
     # own: the seam is at the callee, the openers every caller reaches (``import safetensors``).

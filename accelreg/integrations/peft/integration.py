@@ -1,5 +1,6 @@
 """The peft row's integration: its one seam, ``peft.utils.other.infer_device`` (public; imported
-by name into six more modules; one shape in peft 0.17-0.21)."""
+by name into up to eight more modules; one shape in peft 0.17-0.21, another in 0.22, which asks
+``torch.accelerator`` after its own list and so still answers cuda, mps, mlu, xpu or npu first)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,19 @@ INTEGRATION = Integration(
                 "peft.utils.hotswap",
                 "peft.optimizers.lorafa",
                 "peft.tuners.lora.monteclora",
+                # peft 0.22
+                "peft.tuners.lora.variants",
+                "peft.utils.loftq_utils",
             ),
             why="stage adapter weights on the registry's backend (not cuda-first)",
-            adapters=(Adapter(ROW.releases, infer_device, shapes=("1a138aaf7722ef16",)),),
+            adapters=(
+                Adapter(
+                    ROW.releases,
+                    infer_device,
+                    # 0.17-0.21; 0.22 (the torch.accelerator branch after the list)
+                    shapes=("1a138aaf7722ef16", "7b4bc723810e674b"),
+                ),
+            ),
         )
     ],
     scan_prefixes=("peft", "transformers"),
