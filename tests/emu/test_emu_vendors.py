@@ -155,12 +155,11 @@ def test_deepspeed_accelerator(vendor: Vendor) -> None:
 
 
 def test_peft_infer_device_ladder(vendor: Vendor) -> None:
-    from peft.utils.other import infer_device
-
     # peft's ladder knows cuda, mps, mlu, xpu and npu only; from 0.22 it asks torch.accelerator
     # after them, which names any vendor whose runtime registers with torch (as the emulator does).
     import peft
     from packaging.version import Version
+    from peft.utils.other import infer_device
 
     asks_torch = Version(peft.__version__) >= Version("0.22")
     expected = vendor.name if vendor.name in ("mlu",) or asks_torch else "cpu"
