@@ -32,12 +32,9 @@ INTEGRATION = Integration(
             ),
             why="stage adapter weights on the registry's backend (not cuda-first)",
             adapters=(
-                Adapter(
-                    ROW.releases,
-                    infer_device,
-                    # 0.17-0.21; 0.22 (the torch.accelerator branch after the list)
-                    shapes=("1a138aaf7722ef16", "7b4bc723810e674b"),
-                ),
+                Adapter(">=0.17,<0.22", infer_device, shapes=("1a138aaf7722ef16",)),
+                # 0.22 asks torch.accelerator after its own list: the same replacement serves it
+                Adapter(">=0.22,<0.23", infer_device, shapes=("7b4bc723810e674b",)),
             ),
         )
     ],
