@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 from . import registry
 from ._text import short
 from .errors import DeviceError
-from .registry import Backend, Snapshot
 
 if TYPE_CHECKING:
     import torch
+
+    from .registry import Backend, Snapshot
 
 __all__ = [
     "assigned_ids",
@@ -37,7 +38,6 @@ _CACHE: dict[Any, tuple[type, Any]] = {}
 _MAX_CACHED = 4096
 _SPEC = re.compile(r"([a-z][a-z0-9_]*)(?::([0-9]{1,9}))?")
 _MAP_ONLY = frozenset({"disk"})
-_BOUND_NAMES = (*registry.LOCAL_SIZE_VARS, "WORLD_SIZE")
 
 
 def resolve(spec: Any = None, *, backend: str | None = None) -> torch.device:
@@ -210,7 +210,7 @@ def _cpu_rank(snap: Snapshot) -> None:
         var, _ = snap.local_rank  # type: ignore[misc]
         raise DeviceError(
             f"{var}={rank}, but no accelerator is available here (only the cpu) and no launcher variable "
-            f"says that {rank + 1} or more processes share this node ({', '.join(_BOUND_NAMES)}): "
+            f"says that {rank + 1} or more processes share this node ({', '.join((*registry.LOCAL_SIZE_VARS, 'WORLD_SIZE'))}): "
             "a stale variable, or a launcher accelreg does not know; unset it, or set LOCAL_WORLD_SIZE "
             "(`accelreg env` shows why each backend is unavailable)"
         )

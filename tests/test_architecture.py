@@ -82,6 +82,21 @@ LAZY_ALLOWED = {
     ("accelreg.integrations", "accelreg.registry.containment"): (
         "the same hook asks whether it runs inside plugin code, only when it fires"
     ),
+    ("accelreg.registry", "accelreg.registry.snapshot"): (
+        "install() reads only the settings; building a snapshot loads the plugin machinery "
+        "(pluggy, the plugin types: about 12 ms of every rank's install())"
+    ),
+    **dict.fromkeys(
+        [
+            ("accelreg.integrations._machinery.precision", "accelreg.queries"),
+            ("accelreg.integrations.accelerate.precision", "accelreg.queries"),
+            ("accelreg.integrations.accelerate.state", "accelreg.queries"),
+            ("accelreg.integrations.torch.sharded", "accelreg.queries"),
+            ("accelreg.integrations.accelerate.modeling", "accelreg.placement"),
+        ],
+        "a seam's replacement asks the registry when it is called; enabling it (install()) "
+        "imports neither the queries nor the placement rules (docs/benchmarks.md)",
+    ),
     ("accelreg.integrations._machinery.table", "accelreg.integrations._machinery.seams"): (
         "the start-up hook reads the table's triggers; the integration modules (and the registry "
         "under them) load when the table's rows are first asked for"

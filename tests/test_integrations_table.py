@@ -24,6 +24,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import accelreg
 from accelreg import importwatch
@@ -274,3 +276,43 @@ def test_installed_version_reads_what_importlib_metadata_reads():
         seen += expected is not None
     assert seen >= 5  # accelerate, transformers, peft, deepspeed, lightning, ... are installed here
     assert seams.installed_version("no-such-distribution-here") is None
+
+
+# -- a final release's membership without packaging.specifiers (issue 39) ---------------------------
+_NUMBERS = st.lists(st.integers(min_value=0, max_value=30), min_size=1, max_size=4)
+
+
+def _text(numbers: list[int]) -> str:
+    return ".".join(map(str, numbers))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    version=_NUMBERS,
+    local=st.sampled_from(["", "+cpu", "+cu124", "+rocm6.2"]),
+    bounds=st.lists(
+        st.tuples(st.sampled_from([">=", "<=", "==", "~=", "<", ">"]), _NUMBERS), min_size=1, max_size=3
+    ),
+)
+def test_a_final_release_is_in_a_range_exactly_when_packaging_says_so(version, local, bounds):
+    """``Releases`` decides a final release against plain clauses by comparing numbers (install()
+    then never imports packaging.specifiers); the answer is packaging's, always."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    clauses = [f"{op}{_text(b if op != '~=' else [*b, 0][: max(2, len(b))])}" for op, b in bounds]
+    text = ",".join(clauses)
+    release = _text(version) + local
+    expected = SpecifierSet(text).contains(Version(release), prereleases=True)
+    assert (release in Releases(text)) is expected, (text, release)
+
+
+def test_a_release_packaging_must_decide_is_still_decided():
+    assert "5.26.0rc1" not in Releases(">=5.0,<5.26") and "5.25.0rc1" in Releases(">=5.0,<5.26")
+    assert "2.13.0+cpu" in Releases(">=2.13,<2.14") and "1.0.post1" not in Releases(">1.0")
+    assert "0.21.99" in Releases(">=0.17,!=0.20.0,<0.23") and "0.20.0" not in Releases(
+        ">=0.17,!=0.20.0,<0.23"
+    )
+    assert "not-a-version" not in Releases(">=0.17,<0.23")
+    with pytest.raises(ValueError, match="malformed release range"):
+        Releases(">=1.0,<<2")

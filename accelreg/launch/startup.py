@@ -87,6 +87,11 @@ def arm() -> bool:
 
 def _install() -> None:
     try:
+        # install() reads only the settings of the registry; the plugin machinery (pluggy) loads
+        # at the first query. A job process checks now that it can: a missing or broken pluggy
+        # stops it here, before the library's code runs, not at its first device decision.
+        import pluggy  # noqa: F401
+
         install()
     except Exception as exc:  # noqa: BLE001 - an armed process does not go on without accelreg
         stop(f"install() failed ({_one_line(exc)})")

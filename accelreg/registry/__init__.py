@@ -20,32 +20,59 @@ in), :mod:`.snapshot` (selection and queries).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _warn
 from ..config import Settings, check_explicit, load_settings
 from ..errors import PluginError
 from .containment import ProbeTimeout, acquire, call_with_timeout, check_not_inside_plugin, runner
-from .loading import ENTRY_POINT_GROUP, SELF, Plugin
-from .probing import Backend, Probed, parse_visible
-from .records import RESERVED
-from .snapshot import (
-    DEVICE_ID_VAR,
-    LAUNCHER_VARS,
-    LOCAL_RANK_VARS,
-    LOCAL_SIZE_VARS,
-    SLURM_LAUNCHER_VARS,
-    SLURM_LOCAL_RANK_VARS,
-    SLURM_LOCAL_SIZE_VARS,
-    SLURM_STEP_VAR,
-    Snapshot,
-    in_slurm_step,
-    slurm_tasks_on_node,
-)
+
+if TYPE_CHECKING:
+    from .snapshot import Snapshot
+
+#: What the package serves from the modules that build a snapshot (plugin loading, probing, the
+#: records): imported at first use, so reading the settings — all ``install()`` asks of the
+#: registry — does not import pluggy and the plugin types (about 12 ms of a rank's start-up).
+_LAZY = {
+    **dict.fromkeys(("ENTRY_POINT_GROUP", "SELF", "Plugin"), "loading"),
+    **dict.fromkeys(("Backend", "Probed", "parse_visible"), "probing"),
+    "RESERVED": "records",
+    **dict.fromkeys(
+        (
+            "DEVICE_ID_VAR",
+            "LAUNCHER_VARS",
+            "LOCAL_RANK_VARS",
+            "LOCAL_SIZE_VARS",
+            "SLURM_LAUNCHER_VARS",
+            "SLURM_LOCAL_RANK_VARS",
+            "SLURM_LOCAL_SIZE_VARS",
+            "SLURM_STEP_VAR",
+            "Snapshot",
+            "in_slurm_step",
+            "slurm_tasks_on_node",
+        ),
+        "snapshot",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "DEVICE_ID_VAR",
@@ -153,6 +180,8 @@ def _build() -> Snapshot:
             if _snapshot is not None:
                 return _snapshot
             explicit, registered, generation = dict(_explicit), dict(_registered), _generation
+        from .snapshot import Snapshot
+
         snap = Snapshot(explicit, registered)
         if shared and not snap.provisional:
             with _lock:

@@ -55,6 +55,29 @@ def test_a_library_import_loads_its_own_folder_and_no_other() -> None:
     assert {"accelerate", "transformers", "peft", "torch_accelerator", "safetensors"} <= set(on)
 
 
+def test_install_after_a_ranks_imports_loads_no_plugin_machinery() -> None:
+    """``install()`` after a training rank's imports enables every integration and reads only the
+    registry's settings: the plugin machinery (pluggy, the plugin types), the queries, the
+    placement rules and packaging's specifiers wait for the first device decision (issue 39:
+    together about 20 ms of every rank's start-up). The first query then loads them."""
+    code = (
+        "import json, sys\n"
+        "import torch, accelerate, accelerate.state, transformers.modeling_utils, peft\n"
+        "import accelreg\naccelreg.install()\n"
+        "heavy = ('pluggy', 'accelreg.types', 'accelreg.registry.snapshot', 'accelreg.queries',\n"
+        "         'accelreg.placement', 'packaging.specifiers')\n"
+        "before = sorted(m for m in heavy if m in sys.modules)\n"
+        "from accelreg.integrations import status\n"
+        "on = sorted(i['name'] for i in status() if i['enabled'])\n"
+        "device = str(accelreg.resolve())\n"
+        "print(json.dumps([before, on, device, 'pluggy' in sys.modules]))\n"
+    )
+    before, on, device, pluggy_after = run_python(code, name=None).value
+    assert before == [], before
+    assert {"accelerate", "transformers", "peft", "torch_accelerator"} <= set(on), on
+    assert device == "cpu" and pluggy_after
+
+
 @pytest.mark.parametrize("row", table.ROWS, ids=lambda r: r.name)
 def test_each_row_is_the_data_of_its_folders_integration(row: table.Row) -> None:
     """The row (read without importing anything) and the ``INTEGRATION`` its folder builds agree,

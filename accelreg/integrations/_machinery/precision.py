@@ -14,7 +14,6 @@ from typing import Any
 
 from ... import registry
 from ...errors import DeviceError
-from ...queries import capabilities
 from ...resolution import current_in_use
 
 __all__ = ["accelerator_supports", "registry_device_type"]
@@ -39,6 +38,8 @@ def accelerator_supports(dtype: Any, device: Any = None) -> bool | None:
     The current backend's device is asked as :func:`accelreg.resolve` asks it: a present but
     failing backend under a launcher raises, as every device decision does.
     """
+    from ...queries import capabilities  # at first use, not in install()
+
     if device is None:
         if current_in_use(registry.get()).name == "cpu":
             return None

@@ -9,6 +9,9 @@ so an installed release outside them is named before anything is patched (the co
 from __future__ import annotations
 
 import functools
+import operator
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +32,8 @@ class Releases:
         if not isinstance(self.text, str) or not self.parts():
             raise ValueError(f"a release range is a non-empty string, not {self.text!r}")
         for part in self.parts():
-            _specifier(part)  # raises ValueError on a malformed range
+            if _clauses(part) is None:
+                _specifier(part)  # raises ValueError on a malformed range
 
     def parts(self) -> list[str]:
         """The alternatives, each a PEP 440 specifier set."""
@@ -41,6 +45,12 @@ class Releases:
 
         if not isinstance(version, str):
             return False
+        final = _FINAL.fullmatch(version)
+        if final:
+            clauses = [_clauses(part) for part in self.parts()]
+            if all(c is not None for c in clauses):
+                release = _release(final.group(1))
+                return any(all(test(release, bound) for test, bound in c) for c in clauses)  # type: ignore[union-attr]
         try:
             parsed = Version(version)
         except InvalidVersion:
@@ -69,6 +79,50 @@ class Releases:
                 raise ValueError(f"{part!r}: a survey needs both bounds in one major release")
             out += [f"{lower[0]}.{m}" for m in range(lower[1], upper[1]) if f"{lower[0]}.{m}" not in out]
         return out
+
+
+#: A final release (``5.25.0``, ``2.13.0+cpu``): what an installed library nearly always is. Its
+#: membership in a range of plain clauses is a comparison of number tuples (a local label is
+#: ignored, as PEP 440 says for ranges without one), without importing ``packaging.specifiers``
+#: (a few milliseconds of every rank's ``install()``); anything else (a pre-, post- or dev
+#: release, a wildcard, ``!=``) is packaging's to decide.
+_FINAL = re.compile(r"([0-9]{1,9}(?:\.[0-9]{1,9}){0,4})(?:\+[a-z0-9]+(?:[._-][a-z0-9]+)*)?")
+_CLAUSE = re.compile(r"\s*(>=|<=|==|~=|<|>)\s*([0-9]{1,9}(?:\.[0-9]{1,9}){0,4})\s*")
+_TESTS: dict[str, Callable[[tuple[int, ...], tuple[int, ...]], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
+}
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """A final release's numbers, padded to five (``5.25`` == ``5.25.0``, as PEP 440 says)."""
+    numbers = tuple(int(x) for x in text.split("."))
+    return numbers + (0,) * (5 - len(numbers))
+
+
+@functools.lru_cache(maxsize=256)
+def _clauses(part: str) -> tuple[tuple[Callable[..., bool], tuple[int, ...]], ...] | None:
+    """A specifier set of plain clauses (``>=5.0,<5.26``, ``~=4.57.0``) as (test, bound) pairs
+    for final releases, or ``None`` where packaging must decide."""
+    out: list[tuple[Callable[..., bool], tuple[int, ...]]] = []
+    for clause in part.split(","):
+        m = _CLAUSE.fullmatch(clause)
+        if m is None:
+            return None
+        op, text = m.groups()
+        if op == "~=":  # >= V and == V's prefix without its last number
+            numbers = [int(x) for x in text.split(".")]
+            if len(numbers) < 2:
+                return None
+            out.append((operator.ge, _release(text)))
+            upper = [*numbers[:-2], numbers[-2] + 1]
+            out.append((operator.lt, _release(".".join(map(str, upper)))))
+        else:
+            out.append((_TESTS[op], _release(text)))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)

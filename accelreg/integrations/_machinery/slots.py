@@ -9,10 +9,13 @@ physical ids a mask for the ranks must name, so a job never leaves the devices i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ... import registry
 from ...errors import DeviceError
-from ...types import BackendSpec
+
+if TYPE_CHECKING:
+    from ...types import BackendSpec
 
 __all__ = ["slots_under_mask"]
 

@@ -9,7 +9,7 @@ import functools
 import gc
 from typing import Any
 
-from ... import placement, registry
+from ... import registry
 from ...errors import DeviceError, PlacementError
 from ...resolution import current_in_use, qualify
 
@@ -137,6 +137,8 @@ def _quantize_on_move(module: Any, param: Any, device: Any) -> bool:
     target = torch.device(device)
     if param.device.type == target.type:
         return False
+    from ... import placement  # at first use, not in install()
+
     backend = placement.backend_of(target)
     rule = placement.rule_for_module(module, backend)
     return rule is not None and rule.may_live_on(device)

@@ -29,7 +29,6 @@ from collections import OrderedDict
 from typing import Any
 
 from ... import registry
-from ...queries import capabilities
 from ...resolution import current_in_use
 from .._machinery.precision import accelerator_supports, registry_device_type
 
@@ -101,6 +100,8 @@ def _fp16_support(accelerator: Any) -> tuple[bool | None, str]:
     answer = accelerator_supports(torch.float16, device)
     if answer is None:
         return None, ""
+    from ...queries import capabilities  # at first use, not in install()
+
     return answer, capabilities(str(device)).support(torch.float16).reason
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import registry
 from ...errors import DeviceError
-from ...queries import dist_backend
-from ...registry import Backend
 from ...resolution import current_in_use, resolve
+
+if TYPE_CHECKING:
+    from ...registry import Backend
 
 
 def _default_device(original: Any) -> Any:
@@ -66,6 +67,8 @@ def _prepare_backend(original: Any) -> Any:
         ours = _distributed_type(kinds, chosen)
         if theirs[1] == ours:
             return theirs  # accelerate knows this backend: its own set-up (imports, names) stands
+        from ...queries import dist_backend  # at first use, not in install()
+
         return (backend if backend is not None else dist_backend(chosen.name)), ours
 
     return _prepare_backend

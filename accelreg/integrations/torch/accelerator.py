@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import registry
 from ...errors import AccelregError
-from ...registry import Snapshot
 from ...registry.containment import inside_plugin
+
+if TYPE_CHECKING:
+    from ...registry import Snapshot
 
 __all__ = ["current_accelerator", "registry_answer", "why"]
 

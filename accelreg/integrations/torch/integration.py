@@ -7,13 +7,15 @@ conflict report names it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import registry
-from ...registry import Snapshot
 from .._machinery import table
 from .._machinery.seams import Adapter, Integration, Seam, original
 from .accelerator import current_accelerator, registry_answer, why
+
+if TYPE_CHECKING:
+    from ...registry import Snapshot
 
 __all__ = ["INTEGRATION", "RELEASES", "ROW", "disable", "enable", "enabled", "report"]
 

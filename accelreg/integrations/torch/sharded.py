@@ -20,7 +20,6 @@ import functools
 from typing import Any
 
 from ... import registry
-from ...queries import dist_backend
 from ...resolution import current_in_use, resolve
 from .._machinery import table
 from .._machinery.seams import Adapter, Integration, Seam
@@ -45,6 +44,8 @@ def _registry_device(group: Any) -> Any:
     except (RuntimeError, ValueError):
         return None  # no process group: torch's own answer
     chosen = current_in_use(registry.get())
+    from ...queries import dist_backend  # at first use, not in install()
+
     if chosen.name == "cpu" or dist_backend(chosen.name) != collectives:
         return None
     return resolve()
