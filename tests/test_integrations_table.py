@@ -316,3 +316,39 @@ def test_a_release_packaging_must_decide_is_still_decided():
     assert "not-a-version" not in Releases(">=0.17,<0.23")
     with pytest.raises(ValueError, match="malformed release range"):
         Releases(">=1.0,<<2")
+
+
+def test_the_holder_scan_sees_a_module_imported_or_removed_since_the_last_scan():
+    """The scan's index of ``sys.modules`` (shared by the integrations one ``install()`` enables)
+    is never stale: a module added after a scan holds a copy the next scan finds; a removed one
+    is no longer scanned."""
+    import types
+
+    from accelreg.integrations._machinery.seams import Adapter, Integration, Seam
+
+    def original():
+        return "theirs"
+
+    integ = Integration(
+        name="scanfoo",
+        distribution="scanfoo",
+        trigger="scanfoo",
+        releases=">=1.0,<2",
+        tested={"newest": "1.0.0"},
+        seams=[Seam("scanfoo", "pick", adapters=(Adapter(">=1.0,<2", lambda o: o),))],
+    )
+    first = types.ModuleType("scanfoo")
+    first.pick = original
+    sys.modules["scanfoo"] = first
+    try:
+        assert integ._copies({id(original)}) == {id(original): [(first, "pick")]}
+        later = types.ModuleType("scanfoo.later")
+        later.copy = original
+        sys.modules["scanfoo.later"] = later
+        found = integ._copies({id(original)})[id(original)]
+        assert (later, "copy") in found and len(found) == 2
+        del sys.modules["scanfoo.later"]
+        assert integ._copies({id(original)}) == {id(original): [(first, "pick")]}
+    finally:
+        sys.modules.pop("scanfoo", None)
+        sys.modules.pop("scanfoo.later", None)

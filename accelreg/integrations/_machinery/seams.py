@@ -618,11 +618,14 @@ class Integration:
         """The loaded modules of the packages scanned for copies (:attr:`scan_prefixes`)."""
         prefixes = self.scan_prefixes or (self.distribution.replace("-", "_"),)
         dotted = tuple(p + "." for p in prefixes)
-        return [
-            m
-            for name, m in list(sys.modules.items())
-            if m is not None and (name in prefixes or name.startswith(dotted))
-        ]
+        index = _package_index()
+        out = []
+        for top in dict.fromkeys(p.partition(".")[0] for p in prefixes):
+            for name in index.get(top, ()):
+                m = sys.modules.get(name)  # the live module: a name's entry may have been replaced
+                if m is not None and (name in prefixes or name.startswith(dotted)):
+                    out.append(m)
+        return out
 
     def _copies(self, wanted: set[int]) -> dict[int, list[tuple[Any, str]]]:
         """``id(object) -> [(module, name), ...]``: every module attribute of the scanned
@@ -639,6 +642,26 @@ class Integration:
                 if id(value) in wanted:
                     found.setdefault(id(value), []).append((module, name))
         return found
+
+
+_INDEX: tuple[tuple[int, str | None], dict[str, list[str]]] | None = None
+
+
+def _package_index() -> dict[str, list[str]]:
+    """The names in ``sys.modules`` grouped by top-level package, rebuilt whenever a module was
+    added or removed since (the count and the last name inserted say so): the integrations that
+    one ``install()`` enables share one pass over the process's thousands of modules."""
+    global _INDEX
+    modules = sys.modules
+    key = (len(modules), next(reversed(modules), None))
+    cached = _INDEX
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    index: dict[str, list[str]] = {}
+    for name in list(modules):
+        index.setdefault(name.partition(".")[0], []).append(name)
+    _INDEX = (key, index)
+    return index
 
 
 # -- matching one seam --------------------------------------------------------------------
