@@ -271,3 +271,19 @@ def test_the_on_and_off_words_check_can_fail() -> None:
     source = '_YES = ("1", "true", "yes", "on")\nok = os.environ.get("X", "").lower() in ("1", "true")\n'
     assert _on_off_words(source, "m.py") == ["m.py:1: 'true'", "m.py:1: 'yes'", "m.py:2: 'true'"]
     assert _on_off_words('ok = str(flag) == "True"\nOFF = ("none", "no", "off")\n', "m.py") == []
+
+
+def test_the_registry_serves_every_name_it_lists_from_the_module_that_defines_it() -> None:
+    """``accelreg.registry`` serves its snapshot-side names at first use (install() does not load
+    them); each is the defining module's own object, and every listed name resolves."""
+    import importlib
+
+    from accelreg import registry
+
+    for name, module in registry._LAZY.items():
+        owner = importlib.import_module(f"accelreg.registry.{module}")
+        assert getattr(registry, name) is getattr(owner, name), name
+    assert all(getattr(registry, name) is not None for name in registry.__all__)
+    assert set(registry._LAZY) <= set(registry.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
+        registry.nonesuch  # noqa: B018 - the attribute access is the test
