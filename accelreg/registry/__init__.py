@@ -62,6 +62,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    """Serve a snapshot-side name (:data:`_LAZY`) from its module, imported now, once."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -71,6 +72,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
+    """The module's names, the lazily served ones included."""
     return sorted({*globals(), *_LAZY})
 
 
@@ -174,14 +176,14 @@ def _build() -> Snapshot:
     """
     global _snapshot
     check_not_inside_plugin()
+    from .snapshot import Snapshot  # the plugin machinery, imported before any lock is taken
+
     shared = acquire(_building)
     try:
         with _lock:
             if _snapshot is not None:
                 return _snapshot
             explicit, registered, generation = dict(_explicit), dict(_registered), _generation
-        from .snapshot import Snapshot
-
         snap = Snapshot(explicit, registered)
         if shared and not snap.provisional:
             with _lock:
