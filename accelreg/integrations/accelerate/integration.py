@@ -15,7 +15,7 @@ from .modeling import (
     _set_module_tensor_to_device,
 )
 from .precision import accelerator_init, get_grad_scaler, is_bf16_available, is_fp16_available
-from .state import _default_device, _prepare_backend, _set_device
+from .state import _default_device, _prepare_backend, _set_device, _wait_for_everyone
 
 __all__ = ["INTEGRATION", "RELEASES", "ROW", "TESTED", "disable", "enable", "enabled"]
 
@@ -58,6 +58,10 @@ _FSDP_POST_INIT = (
     "db23bafb85df8f83",
 )
 _FSDP_POST_INIT_116 = ("1fd2aca176a5fb44",)
+#: ``PartialState.wait_for_everyone``: 1.10 and 1.16 (a plain barrier for cpu ranks), 1.11-1.12
+#: and 1.13-1.15 (``device_ids`` for every multi-process type, the cpu's included).
+_WAIT_PLAIN = {"1.10": ("cdad2808dae1e602",), "1.16": ("8e312814a7f3d996",)}
+_WAIT_DEVICE_IDS = ("08254cff2b6dc752", "54ce09177b4eec3d")
 
 #: The releases both accelerate integrations serve (the library and its command line), and the
 #: ones the release matrix runs.
@@ -178,6 +182,18 @@ INTEGRATION = Integration(
                 ),
             ),
             instead="FullyShardedDataParallelPlugin(sync_module_states=False), or accelerate 1.16",
+        ),
+        Seam(
+            "accelerate.state",
+            "PartialState.wait_for_everyone",
+            why="a cpu rank's barrier runs on the cpu (1.11-1.15 ran it on the machine's accelerator, "
+            "which gloo refuses, when the registry put a launched rank on the cpu)",
+            adapters=(
+                Adapter(">=1.10,<1.11", None, shapes=_WAIT_PLAIN["1.10"], note="a plain barrier on the cpu"),
+                Adapter(">=1.11,<1.16", _wait_for_everyone, shapes=_WAIT_DEVICE_IDS, params=("self",)),
+                Adapter(">=1.16,<1.17", None, shapes=_WAIT_PLAIN["1.16"], note="a plain barrier on the cpu"),
+            ),
+            instead="accelerate 1.16 (or keep the backend enabled)",
         ),
     ],
     scan_prefixes=LIBRARIES,

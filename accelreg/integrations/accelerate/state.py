@@ -135,3 +135,24 @@ def _never_silently_cpu(state: Any, call: str) -> None:
         "Ask for the cpu explicitly (accelerate launch --cpu, Accelerator(cpu=True)) or disable "
         f"{current.name} (ACCELREG_DISABLE={current.name})"
     )
+
+
+# -- the barrier of a cpu rank: 1.11-1.15 ----------------------------------------------------------
+def _wait_for_everyone(original: Any) -> Any:
+    """accelerate 1.11-1.15 hand ``device_ids`` to ``torch.distributed.barrier`` for ``MULTI_CPU``
+    ranks too, so torch runs the barrier on the machine's accelerator, which a gloo group has no
+    backend for: a rank the registry put on the cpu while a device runtime is up (its backend
+    disabled) failed there. A cpu rank's barrier is a plain one, as in 1.10 and 1.16."""
+
+    @functools.wraps(original)
+    def wait_for_everyone(self: Any) -> None:
+        from accelerate.state import DistributedType
+
+        if self.distributed_type == DistributedType.MULTI_CPU:
+            import torch
+
+            torch.distributed.barrier()
+            return
+        original(self)
+
+    return wait_for_everyone
