@@ -31,10 +31,9 @@ from typing import Any
 
 import pytest
 
-from accelreg.testing import clean_environ, emu_environ
-
 from ..deepspeed._harness import free_port
 from ..deepspeed.test_launcher import Job, run_jobs
+from .test_accelerate_launch import _environ as _launch_environ
 
 pytestmark = pytest.mark.emu
 
@@ -258,20 +257,8 @@ MULTI = {"emu": "MULTI_GPU", "npu": "MULTI_NPU"}  # accelerate's type for a back
 
 
 def _environ(name: str | None, work: Path, **extra: str) -> dict[str, str]:
-    """A machine with the emulator as ``name`` x 2 (``None``: no emulator), no accelerate config."""
-    env = emu_environ(name, 2) if name is not None else clean_environ()
-    if name is None:
-        for key in [k for k in env if k.startswith("ACCELREG_EMU_") and k != "ACCELREG_EMU_CACHE"]:
-            del env[key]
-    env.update(
-        HF_HOME=str(work / "hf"),  # no default accelerate config file
-        OMP_NUM_THREADS="1",
-        TORCHDYNAMO_DISABLE="1",
-        PYTHONDONTWRITEBYTECODE="1",
-        ACCELREG_PROBE_TIMEOUT="900",  # a loaded machine: the timeout is for hung drivers
-        **extra,
-    )
-    return env
+    """The launch tests' machine (``test_accelerate_launch._environ``), without dynamo."""
+    return _launch_environ(name, work, TORCHDYNAMO_DISABLE="1", **extra)
 
 
 @pytest.fixture(scope="module")
