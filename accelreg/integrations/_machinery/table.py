@@ -135,6 +135,8 @@ _PKG = "accelreg.integrations"
 #: The releases both accelerate rows serve (the library and its command line), and Ray's two.
 _ACCELERATE = (">=1.10,<1.17", {"oldest": "1.10.1", "middle": "1.13.0", "newest": "1.16.0"})
 _RAY = (">=2.50,<2.61", {"oldest": "2.50.1", "middle": "2.55.1", "newest": "2.60.0"})
+#: The torch release both torch followers serve: the one every release set runs (the set-up pins it).
+_TORCH = (">=2.13,<2.14", {"oldest": "2.13.0", "middle": "2.13.0", "newest": "2.13.0"})
 _LIGHTNING = (">=2.2,<2.7", {"oldest": "2.2.5", "middle": "2.4.0", "newest": "2.6.6"})
 #: The releases every transformers row serves (the library's model loading, its Trainer, its pipelines).
 _TRANSFORMERS = ("~=4.57.0 | >=5.0,<5.26", {"oldest": "4.57.6", "middle": "5.3.0", "newest": "5.25.0"})
@@ -259,8 +261,7 @@ ROWS: tuple[Row, ...] = (
         ("torch",),
         "torch.accelerator",
         f"{_PKG}.torch",
-        ">=2.13,<2.14",
-        {"oldest": "2.13.0", "middle": "2.13.0", "newest": "2.13.0"},
+        *_TORCH,
         follower=True,
     ),
     # torch's ShardedTensor (FSDP sharded state dicts) on a registry backend's devices: a follower,
@@ -270,8 +271,7 @@ ROWS: tuple[Row, ...] = (
         ("torch",),
         "torch.distributed._shard.sharded_tensor",
         f"{_PKG}.torch.sharded",
-        ">=2.13,<2.14",
-        {"oldest": "2.13.0", "middle": "2.13.0", "newest": "2.13.0"},
+        *_TORCH,
         follower=True,
     ),
 )
